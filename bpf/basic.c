@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* The simplest programs: the baselines that benchmarks compare against,
+ * the pipeline's first test, and the live-frames traffic generator. */
+#include "common.h"
+
+/* Verdict returned by xdp_count; set from Go at load time. */
+volatile const __u32 count_verdict = XDP_PASS;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, enum verdict);
+	__type(value, struct counter);
+	__uint(max_entries, VERDICT_MAX);
+} verdicts SEC(".maps");
+
+/* Bare drop: the floor every other program is measured against. */
+SEC("xdp")
+int xdp_drop(struct xdp_md *ctx)
+{
+	return XDP_DROP;
+}
+
+/* Bare pass, the other floor. */
+SEC("xdp")
+int xdp_pass(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}
+
+/* Return count_verdict and count the frame under it. */
+SEC("xdp")
+int xdp_count(struct xdp_md *ctx)
+{
+	__u32 key = count_verdict;
+	struct counter *c;
+
+	if (key >= VERDICT_MAX)
+		return XDP_ABORTED;
+	c = bpf_map_lookup_elem(&verdicts, &key);
+	if (c)
+		count(c, ctx->data_end - ctx->data);
+	return count_verdict;
+}
+
+/* Traffic generator, run with BPF_PROG_TEST_RUN and
+ * BPF_F_TEST_XDP_LIVE_FRAMES on one veth end: every run sends the frame
+ * back out of that interface (XDP_TX), so it arrives at the peer.
+ *
+ * To spread flows, gen_flows > 1 rewrites the low 16 bits of the IPv4
+ * source address (and the UDP/TCP source port) to a per-CPU sequence
+ * modulo gen_flows, fixing the IPv4 header checksum incrementally.
+ * The offsets are set from Go, which built the frame and knows them. */
+volatile const __u32 gen_flows = 1;
+volatile const __u32 gen_ip_off = 14;   /* IPv4 header offset */
+volatile const __u32 gen_l4_off = 34;   /* UDP/TCP header offset, 0 = none */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);
+} gen_seq SEC(".maps");
+
+static __always_inline __u16 csum_fold(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)sum;
+}
+
+SEC("xdp")
+int xdp_gen(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 zero = 0;
+	__u64 *seq;
+	__u32 ip_off = gen_ip_off, l4_off = gen_l4_off;
+
+	if (gen_flows <= 1)
+		return XDP_TX;
+	seq = bpf_map_lookup_elem(&gen_seq, &zero);
+	if (!seq)
+		return XDP_TX;
+	__u16 flow = (__u16)(*seq % gen_flows);
+	(*seq)++;
+
+	/* Bound the offsets so the verifier can check the accesses. */
+	if (ip_off > 64)
+		return XDP_TX;
+	__u8 *ip = data + ip_off;
+	if ((void *)(ip + 20) > data_end)
+		return XDP_TX;
+	__u16 *saddr_lo = (__u16 *)(ip + 14);
+	__u16 *check = (__u16 *)(ip + 10);
+	__u16 old = *saddr_lo;
+	__u16 new = __builtin_bswap16(flow);
+	/* RFC 1624: HC' = ~(~HC + ~m + m') */
+	__u32 sum = (__u16)~*check;
+	sum += (__u16)~old;
+	sum += new;
+	*check = ~csum_fold(sum);
+	*saddr_lo = new;
+
+	if (l4_off && l4_off <= 128) {
+		__u16 *sport = data + l4_off;
+		if ((void *)(sport + 1) <= data_end)
+			*sport = __builtin_bswap16(1024 + flow);
+	}
+	return XDP_TX;
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";
