@@ -1,0 +1,369 @@
+package fastdrop
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Action is the verdict a rule (or a policy) gives a frame.
+type Action uint8
+
+const (
+	ActionDrop Action = iota + 1
+	ActionPass
+	// ActionRedirect sends the frame to an AF_XDP socket. It is only valid in
+	// a redirect (per-queue filter) program; the drop program rejects it.
+	ActionRedirect
+)
+
+// String returns the rule-file keyword of a: "drop", "pass" or "redirect".
+func (a Action) String() string {
+	switch a {
+	case ActionDrop:
+		return "drop"
+	case ActionPass:
+		return "pass"
+	case ActionRedirect:
+		return "redirect"
+	}
+	return "Action(" + strconv.Itoa(int(a)) + ")"
+}
+
+// ParseAction parses a rule-file action keyword.
+func ParseAction(s string) (Action, error) {
+	switch s {
+	case "drop":
+		return ActionDrop, nil
+	case "pass":
+		return ActionPass, nil
+	case "redirect":
+		return ActionRedirect, nil
+	}
+	return 0, fmt.Errorf("unknown action %q (want drop, pass or redirect)", s)
+}
+
+func (a Action) valid() bool { return a >= ActionDrop && a <= ActionRedirect }
+
+// MaxCompoundRules is the largest number of compound (not prefix-only) rules
+// a rule set may hold; the kernel program scans them per packet.
+const MaxCompoundRules = 256
+
+// Sentinel errors for rule sets that are well-formed line by line but not as
+// a whole. Errors returned by Parse and RuleSet.Validate wrap them.
+var (
+	ErrDuplicatePrefix = errors.New("duplicate prefix rule")
+	ErrTooManyRules    = errors.New("too many compound rules")
+)
+
+// L4 protocol numbers the rule syntax has names for.
+const (
+	ProtoICMP   = 1
+	ProtoTCP    = 6
+	ProtoUDP    = 17
+	ProtoICMPv6 = 58
+)
+
+// EtherTypes the rule syntax has names for.
+const (
+	EtherTypeIPv4 = 0x0800
+	EtherTypeARP  = 0x0806
+	EtherTypeVLAN = 0x8100 // 802.1Q tag; skipped by the frame parser, never matched
+	EtherTypeQinQ = 0x88a8 // 802.1ad tag; skipped by the frame parser, never matched
+	EtherTypeIPv6 = 0x86dd
+	EtherTypeLLDP = 0x88cc
+)
+
+// PortRange is an inclusive range of L4 ports; a single port has Lo == Hi.
+type PortRange struct{ Lo, Hi uint16 }
+
+// Contains reports whether Lo <= port <= Hi.
+func (p PortRange) Contains(port uint16) bool { return p.Lo <= port && port <= p.Hi }
+
+func (p PortRange) String() string {
+	if p.Lo == p.Hi {
+		return strconv.Itoa(int(p.Lo))
+	}
+	return strconv.Itoa(int(p.Lo)) + "-" + strconv.Itoa(int(p.Hi))
+}
+
+// Rule is one line of a rule file. A zero field matches anything.
+type Rule struct {
+	Action   Action
+	Src, Dst netip.Prefix // zero Prefix = any. Must be masked, IPv4 or IPv6 (no IPv4-mapped IPv6, no zone).
+	Proto    uint8        // L4 protocol number (IPv4 protocol / IPv6 final next header); only with HasProto
+	HasProto bool
+	SrcPort  *PortRange // nil = any; needs HasProto with Proto 6 (tcp) or 17 (udp)
+	DstPort  *PortRange
+	// EtherType matched against the EtherType after up to two VLAN tags;
+	// 0 = any. E.g. 0x0806 ARP, 0x88cc LLDP, 0x0800 IPv4, 0x86dd IPv6.
+	EtherType uint16
+	Fragment  bool // matches only non-first IP fragments (fragment offset != 0)
+	Line      int  // 1-based line in the rule file, 0 if built in code
+}
+
+// IsPrefixOnly reports whether r is "ACTION src PREFIX" and nothing else.
+// Such rules go to the longest-prefix-match tables instead of the ordered
+// compound rule list. Line does not matter.
+func (r Rule) IsPrefixOnly() bool {
+	return r.Src.IsValid() && r.Dst == (netip.Prefix{}) &&
+		!r.HasProto && r.Proto == 0 && r.SrcPort == nil && r.DstPort == nil &&
+		r.EtherType == 0 && !r.Fragment
+}
+
+// String returns r in canonical rule-file syntax, for example
+// "drop udp src 192.0.2.0/24 dport 11211". Parsing it gives back r (apart
+// from Line). Fields are written in the order ether, proto, src, sport, dst,
+// dport, frag.
+func (r Rule) String() string {
+	var b strings.Builder
+	b.WriteString(r.Action.String())
+	if r.EtherType != 0 {
+		b.WriteString(" ether ")
+		b.WriteString(etherName(r.EtherType))
+	}
+	if r.HasProto {
+		b.WriteByte(' ')
+		if name := protoName(r.Proto); name != "" {
+			b.WriteString(name)
+		} else {
+			b.WriteString("proto ")
+			b.WriteString(strconv.Itoa(int(r.Proto)))
+		}
+	}
+	if r.Src.IsValid() {
+		b.WriteString(" src ")
+		b.WriteString(r.Src.String())
+	}
+	if r.SrcPort != nil {
+		b.WriteString(" sport ")
+		b.WriteString(r.SrcPort.String())
+	}
+	if r.Dst.IsValid() {
+		b.WriteString(" dst ")
+		b.WriteString(r.Dst.String())
+	}
+	if r.DstPort != nil {
+		b.WriteString(" dport ")
+		b.WriteString(r.DstPort.String())
+	}
+	if r.Fragment {
+		b.WriteString(" frag")
+	}
+	return b.String()
+}
+
+func protoName(p uint8) string {
+	switch p {
+	case ProtoTCP:
+		return "tcp"
+	case ProtoUDP:
+		return "udp"
+	case ProtoICMP:
+		return "icmp"
+	case ProtoICMPv6:
+		return "icmpv6"
+	}
+	return ""
+}
+
+func etherName(t uint16) string {
+	switch t {
+	case EtherTypeARP:
+		return "arp"
+	case EtherTypeLLDP:
+		return "lldp"
+	case EtherTypeIPv4:
+		return "ipv4"
+	case EtherTypeIPv6:
+		return "ipv6"
+	}
+	return fmt.Sprintf("0x%04x", t)
+}
+
+// family returns 4 or 6 if r can only match IPv4 or IPv6 frames (because of
+// a prefix or an ether match), 0 otherwise. It assumes the prefixes agree.
+func (r Rule) family() int {
+	for _, p := range []netip.Prefix{r.Src, r.Dst} {
+		if p.IsValid() {
+			if p.Addr().Is4() {
+				return 4
+			}
+			return 6
+		}
+	}
+	switch r.EtherType {
+	case EtherTypeIPv4:
+		return 4
+	case EtherTypeIPv6:
+		return 6
+	}
+	return 0
+}
+
+// needsIP reports whether r has a field that only an IP frame can match.
+func (r Rule) needsIP() bool {
+	return r.Src.IsValid() || r.Dst.IsValid() || r.HasProto || r.SrcPort != nil || r.DstPort != nil || r.Fragment
+}
+
+// Validate reports whether r is a rule the kernel program and the model can
+// evaluate, and rejects rules that could never match. The error says what is
+// wrong and how to write it instead; it has no file or line (Parse adds them).
+func (r Rule) Validate() error {
+	if !r.Action.valid() {
+		return fmt.Errorf("invalid action %d (want drop, pass or redirect)", r.Action)
+	}
+	if err := validatePrefix("src", r.Src); err != nil {
+		return err
+	}
+	if err := validatePrefix("dst", r.Dst); err != nil {
+		return err
+	}
+	if r.Src.IsValid() && r.Dst.IsValid() && r.Src.Addr().Is4() != r.Dst.Addr().Is4() {
+		return fmt.Errorf("src %s and dst %s are of different address families; a frame is either IPv4 or IPv6, so write two rules", r.Src, r.Dst)
+	}
+	if !r.HasProto && r.Proto != 0 {
+		return fmt.Errorf("Proto %d set without HasProto", r.Proto)
+	}
+	for _, pr := range []struct {
+		name string
+		p    *PortRange
+	}{{"sport", r.SrcPort}, {"dport", r.DstPort}} {
+		if pr.p == nil {
+			continue
+		}
+		if pr.p.Lo > pr.p.Hi {
+			return fmt.Errorf("%s %d-%d: range is empty (write the lower port first)", pr.name, pr.p.Lo, pr.p.Hi)
+		}
+		if !r.HasProto || (r.Proto != ProtoTCP && r.Proto != ProtoUDP) {
+			return fmt.Errorf("%s needs protocol tcp or udp (write e.g. \"udp %s %s\")", pr.name, pr.name, pr.p)
+		}
+		if r.Fragment {
+			return fmt.Errorf("frag never matches together with %s: non-first fragments carry no L4 header", pr.name)
+		}
+	}
+	switch r.EtherType {
+	case 0, EtherTypeIPv4, EtherTypeIPv6:
+	case EtherTypeVLAN, EtherTypeQinQ:
+		return fmt.Errorf("ether 0x%04x never matches: VLAN tags are skipped and ether matches the EtherType after them", r.EtherType)
+	default:
+		if r.needsIP() {
+			return fmt.Errorf("ether %s never matches a rule with src, dst, proto, sport, dport or frag: those need an IPv4 or IPv6 frame", etherName(r.EtherType))
+		}
+	}
+	fam := r.family()
+	if r.EtherType == EtherTypeIPv4 && fam == 6 || r.EtherType == EtherTypeIPv6 && fam == 4 {
+		return fmt.Errorf("ether %s never matches an IPv%d prefix", etherName(r.EtherType), fam)
+	}
+	if r.HasProto {
+		switch {
+		case fam == 6 && r.Proto == ProtoICMP:
+			return errors.New("icmp (protocol 1) is IPv4's ICMP and never matches IPv6 frames; use icmpv6")
+		case fam == 4 && r.Proto == ProtoICMPv6:
+			return errors.New("icmpv6 (protocol 58) never matches IPv4 frames; use icmp")
+		case fam == 6 && isIPv6ExtHeader(r.Proto):
+			return fmt.Errorf("proto %d never matches IPv6 frames: extension headers are skipped and proto is the protocol after them (use frag for fragments)", r.Proto)
+		}
+	}
+	return nil
+}
+
+func validatePrefix(field string, p netip.Prefix) error {
+	if p == (netip.Prefix{}) {
+		return nil
+	}
+	if !p.IsValid() {
+		return fmt.Errorf("%s %s is not a valid prefix", field, p)
+	}
+	a := p.Addr()
+	if a.Zone() != "" {
+		return fmt.Errorf("%s %s: an address with a zone cannot be matched; remove %%%s", field, p, a.Zone())
+	}
+	if a.Is4In6() {
+		if p.Bits() >= 96 {
+			return fmt.Errorf("%s %s is an IPv4-mapped IPv6 prefix, which never matches; write the IPv4 prefix %s", field, p, netip.PrefixFrom(a.Unmap(), p.Bits()-96).Masked())
+		}
+	}
+	if m := p.Masked(); m != p {
+		return fmt.Errorf("%s %s has bits set after the prefix length; write %s (or %s/%d for the single address)", field, p, m, a, a.BitLen())
+	}
+	return nil
+}
+
+// isIPv6ExtHeader reports whether nh is an IPv6 extension header the frame
+// parser skips: hop-by-hop, routing, fragment, AH, destination options.
+func isIPv6ExtHeader(nh uint8) bool {
+	switch nh {
+	case 0, 43, 44, 51, 60:
+		return true
+	}
+	return false
+}
+
+// RuleSet is a parsed rule file.
+type RuleSet struct {
+	Rules []Rule // in file order
+	// Policy is the verdict for frames no rule matches: ActionPass (also
+	// used when zero) or ActionDrop; ActionRedirect in redirect programs.
+	Policy Action
+	// Malformed is the verdict for frames the parser rejects as malformed:
+	// ActionPass (also used when zero) or ActionDrop.
+	Malformed Action
+}
+
+// EffectivePolicy returns rs.Policy, or ActionPass if it is zero.
+func (rs *RuleSet) EffectivePolicy() Action {
+	if rs.Policy == 0 {
+		return ActionPass
+	}
+	return rs.Policy
+}
+
+// EffectiveMalformed returns rs.Malformed, or ActionPass if it is zero.
+func (rs *RuleSet) EffectiveMalformed() Action {
+	if rs.Malformed == 0 {
+		return ActionPass
+	}
+	return rs.Malformed
+}
+
+// Validate checks a rule set built in code the way Parse checks a file:
+// every rule valid, no prefix twice among prefix-only rules (wraps
+// ErrDuplicatePrefix), at most MaxCompoundRules compound rules (wraps
+// ErrTooManyRules), and valid Policy and Malformed verdicts.
+func (rs *RuleSet) Validate() error {
+	if rs.Policy != 0 && !rs.Policy.valid() {
+		return fmt.Errorf("invalid policy %s (want pass, drop or redirect)", rs.Policy)
+	}
+	if rs.Malformed != 0 && rs.Malformed != ActionPass && rs.Malformed != ActionDrop {
+		return fmt.Errorf("invalid malformed verdict %s (want pass or drop)", rs.Malformed)
+	}
+	seen := make(map[netip.Prefix]int)
+	compound := 0
+	for i, r := range rs.Rules {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("rule %d (%s): %w", i, ruleWhere(r), err)
+		}
+		if !r.IsPrefixOnly() {
+			compound++
+			if compound > MaxCompoundRules {
+				return fmt.Errorf("rule %d (%s): %w: more than %d", i, ruleWhere(r), ErrTooManyRules, MaxCompoundRules)
+			}
+			continue
+		}
+		if j, ok := seen[r.Src]; ok {
+			return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", i, ruleWhere(r), ErrDuplicatePrefix, r.Src, j, ruleWhere(rs.Rules[j]))
+		}
+		seen[r.Src] = i
+	}
+	return nil
+}
+
+func ruleWhere(r Rule) string {
+	if r.Line > 0 {
+		return "line " + strconv.Itoa(r.Line)
+	}
+	return r.String()
+}
