@@ -1,0 +1,55 @@
+# xdpdrop: build, generate, test.
+#
+#   make test          set up this machine (root) and run every test
+#   make demo          set up this machine (root) and run the default sandbox
+#   make generate      rebuild the BPF objects and Go bindings in gen/ (clang-19)
+#   make check-generate  regenerate and fail if gen/ differs from what is committed
+#   make generate-docker same as generate, with the pinned clang of Dockerfile.clang
+
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+BIN := bin/xdpdrop
+
+.PHONY: all build setup test test-short generate check-generate generate-docker vet fmt-check ci demo clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/xdpdrop
+
+setup:
+	./scripts/setup.sh
+
+test: setup
+	CI=$${CI:-} ./scripts/gotest.sh
+
+test-short: setup
+	./scripts/gotest.sh -short
+
+generate:
+	$(GO) generate ./gen/
+
+check-generate: generate
+	@if [ -n "$$(git status --porcelain -- gen/)" ]; then \
+		echo "check-generate: gen/ differs from the committed files after 'make generate':"; \
+		git status --porcelain -- gen/; git --no-pager diff --stat -- gen/; exit 1; \
+	fi
+	@echo "check-generate: gen/ matches its sources"
+
+generate-docker:
+	docker build -t xdpdrop-clang -f Dockerfile.clang .
+	docker run --rm -v "$(CURDIR):/src" -w /src xdpdrop-clang make generate
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt -l:"; echo "$$out"; exit 1; fi
+
+ci: setup check-generate vet fmt-check test
+
+demo: setup build
+	$(BIN) demo
+
+clean:
+	rm -rf bin

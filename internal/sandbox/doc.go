@@ -1,0 +1,9 @@
+// Package sandbox creates and removes the veth pairs and network namespaces
+// that xdpdrop's tests, demo and benchmarks run on.
+//
+// A Pair is a veth pair whose first end stays in the caller's network
+// namespace and whose peer end lives in a fresh, uniquely named namespace.
+// Names are random so that parallel tests never collide, and Close removes
+// exactly what New made, by those names. Nothing here touches an interface
+// it did not create.
+package sandbox

@@ -1,0 +1,10 @@
+// Package pktgen sends frames out of an interface at the fastest rate this
+// kernel allows without hardware help: it runs a tiny XDP program that
+// returns XDP_TX through BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES,
+// so every run really transmits the frame from the interface given as the
+// ingress interface (on veth, to its peer).
+//
+// Send must be called from a thread inside the network namespace that owns
+// the interface (see sandbox.InNS), since the kernel resolves the ifindex
+// there. A Generator is safe for use by one goroutine at a time.
+package pktgen

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs the Go tests with the race detector and prints one summary line,
+# "N passed, N failed, N skipped", counting every test and subtest. Extra
+# arguments go to `go test` (e.g. -run, -short). Exit status is go test's.
+set -uo pipefail
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+go test -race -count=1 -v "$@" ./... 2>&1 | tee "$log" | grep -E -- '^(---|ok|FAIL|panic|\s+--- (FAIL|SKIP))|^\s+\S+_test\.go:[0-9]+:' 
+rc=${PIPESTATUS[0]}
+passed=$(grep -cE -- '^\s*--- PASS' "$log")
+failed=$(grep -cE -- '^\s*--- FAIL' "$log")
+skipped=$(grep -cE -- '^\s*--- SKIP' "$log")
+if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then
+	failed=1 # a build failure or panic outside any test still fails the run
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
+exit "$rc"
