@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/xdpdrop/xdpdrop/internal/bpffs"
 	"github.com/xdpdrop/xdpdrop/internal/sandbox"
 )
 
@@ -50,14 +51,7 @@ func RequireRoot(t testing.TB) {
 func RequireBPFFS(t testing.TB) string {
 	t.Helper()
 	RequireRoot(t)
-	var st unix.Statfs_t
-	if err := unix.Statfs(BPFFSPath, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
-		return BPFFSPath
-	}
-	if err := os.MkdirAll(BPFFSPath, 0o755); err != nil {
-		SkipOrFail(t, "bpffs: cannot create %s: %v", BPFFSPath, err)
-	}
-	if err := unix.Mount("bpf", BPFFSPath, "bpf", 0, "mode=0700"); err != nil {
+	if err := bpffs.Mount(BPFFSPath); err != nil {
 		SkipOrFail(t, "bpffs is not mounted at %s and mounting it failed: %v", BPFFSPath, err)
 	}
 	return BPFFSPath
