@@ -53,6 +53,9 @@ int xdp_count(struct xdp_md *ctx)
 volatile const __u32 gen_flows = 1;
 volatile const __u32 gen_ip_off = 14;   /* IPv4 header offset */
 volatile const __u32 gen_l4_off = 34;   /* UDP/TCP header offset, 0 = none */
+/* Offset of the UDP/TCP checksum within the L4 header (6 UDP, 16 TCP), or
+ * 0 to leave it alone (a UDP checksum of 0 means "none" and stays valid). */
+volatile const __u32 gen_l4_csum = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -102,11 +105,34 @@ int xdp_gen(struct xdp_md *ctx)
 	*check = ~csum_fold(sum);
 	*saddr_lo = new;
 
-	if (l4_off && l4_off <= 128) {
-		__u16 *sport = data + l4_off;
-		if ((void *)(sport + 1) <= data_end)
-			*sport = __builtin_bswap16(1024 + flow);
-	}
+	if (!l4_off || l4_off > 128)
+		return XDP_TX;
+	__u16 *sport = data + l4_off;
+	if ((void *)(sport + 1) > data_end)
+		return XDP_TX;
+	__u16 old_port = *sport;
+	__u16 new_port = __builtin_bswap16(1024 + flow);
+	*sport = new_port;
+
+	/* The L4 checksum covers the pseudo header's source address and the
+	 * source port: adjust it for both changes. */
+	__u32 csum_off = gen_l4_csum;
+	if (!csum_off || csum_off > 16)
+		return XDP_TX;
+	__u16 *l4check = data + l4_off + csum_off;
+	if ((void *)(l4check + 1) > data_end)
+		return XDP_TX;
+	if (csum_off == 6 && *l4check == 0)
+		return XDP_TX; /* UDP without checksum */
+	sum = (__u16)~*l4check;
+	sum += (__u16)~old;
+	sum += new;
+	sum += (__u16)~old_port;
+	sum += new_port;
+	__u16 folded = ~csum_fold(sum);
+	if (csum_off == 6 && folded == 0)
+		folded = 0xffff; /* RFC 768: a computed 0 is sent as all ones */
+	*l4check = folded;
 	return XDP_TX;
 }
 

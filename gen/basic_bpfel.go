@@ -43,6 +43,7 @@ const (
 	BasicVarCountVerdict = "count_verdict"
 	BasicVarGenFlows     = "gen_flows"
 	BasicVarGenIpOff     = "gen_ip_off"
+	BasicVarGenL4Csum    = "gen_l4_csum"
 	BasicVarGenL4Off     = "gen_l4_off"
 )
 
@@ -109,6 +110,7 @@ type BasicVariableSpecs struct {
 	CountVerdict *ebpf.VariableSpec `ebpf:"count_verdict"`
 	GenFlows     *ebpf.VariableSpec `ebpf:"gen_flows"`
 	GenIpOff     *ebpf.VariableSpec `ebpf:"gen_ip_off"`
+	GenL4Csum    *ebpf.VariableSpec `ebpf:"gen_l4_csum"`
 	GenL4Off     *ebpf.VariableSpec `ebpf:"gen_l4_off"`
 }
 
@@ -150,6 +152,7 @@ type BasicVariables struct {
 	CountVerdict *ebpf.Variable `ebpf:"count_verdict"`
 	GenFlows     *ebpf.Variable `ebpf:"gen_flows"`
 	GenIpOff     *ebpf.Variable `ebpf:"gen_ip_off"`
+	GenL4Csum    *ebpf.Variable `ebpf:"gen_l4_csum"`
 	GenL4Off     *ebpf.Variable `ebpf:"gen_l4_off"`
 }
 

@@ -22,6 +22,10 @@ type Options struct {
 	// L4Offset is the offset of the UDP or TCP header (default 34; it must
 	// follow an IPv4 header without options unless set explicitly).
 	L4Offset uint32
+	// L4Checksum is the offset of the checksum inside the L4 header: 6 for
+	// UDP, 16 for TCP, 0 to leave it alone. With Flows > 1 the generator
+	// fixes it up for the changed source address and port.
+	L4Checksum uint32
 }
 
 // Generator transmits frames with the live-frames test run.
@@ -56,6 +60,7 @@ func New(opts Options) (*Generator, error) {
 		gen.BasicVarGenFlows: opts.Flows,
 		gen.BasicVarGenIpOff: opts.IPOffset,
 		gen.BasicVarGenL4Off: opts.L4Offset,
+		gen.BasicVarGenL4Csum: opts.L4Checksum,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("pktgen: set %s: %w", name, err)
