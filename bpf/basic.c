@@ -42,6 +42,19 @@ int xdp_count(struct xdp_md *ctx)
 	return count_verdict;
 }
 
+/* TC drop with the same counting as xdp_count: the baseline that shows
+ * what XDP gains over the earliest hook that has an skb. */
+SEC("tc")
+int tc_drop(struct __sk_buff *skb)
+{
+	__u32 key = VERDICT_DROP;
+	struct counter *c = bpf_map_lookup_elem(&verdicts, &key);
+
+	if (c)
+		count(c, skb->len);
+	return 2; /* TC_ACT_SHOT */
+}
+
 /* Traffic generator, run with BPF_PROG_TEST_RUN and
  * BPF_F_TEST_XDP_LIVE_FRAMES on one veth end: every run sends the frame
  * back out of that interface (XDP_TX), so it arrives at the peer.

@@ -36,6 +36,7 @@ const (
 const (
 	BasicMapGenSeq       = "gen_seq"
 	BasicMapVerdicts     = "verdicts"
+	BasicProgTcDrop      = "tc_drop"
 	BasicProgXdpCount    = "xdp_count"
 	BasicProgXdpDrop     = "xdp_drop"
 	BasicProgXdpGen      = "xdp_gen"
@@ -89,6 +90,7 @@ type BasicSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type BasicProgramSpecs struct {
+	TcDrop   *ebpf.ProgramSpec `ebpf:"tc_drop"`
 	XdpCount *ebpf.ProgramSpec `ebpf:"xdp_count"`
 	XdpDrop  *ebpf.ProgramSpec `ebpf:"xdp_drop"`
 	XdpGen   *ebpf.ProgramSpec `ebpf:"xdp_gen"`
@@ -160,6 +162,7 @@ type BasicVariables struct {
 //
 // It can be passed to LoadBasicObjects or ebpf.CollectionSpec.LoadAndAssign.
 type BasicPrograms struct {
+	TcDrop   *ebpf.Program `ebpf:"tc_drop"`
 	XdpCount *ebpf.Program `ebpf:"xdp_count"`
 	XdpDrop  *ebpf.Program `ebpf:"xdp_drop"`
 	XdpGen   *ebpf.Program `ebpf:"xdp_gen"`
@@ -168,6 +171,7 @@ type BasicPrograms struct {
 
 func (p *BasicPrograms) Close() error {
 	return _BasicClose(
+		p.TcDrop,
 		p.XdpCount,
 		p.XdpDrop,
 		p.XdpGen,

@@ -108,3 +108,14 @@ func TestGeneratorDeliversEveryFrame(t *testing.T) {
 	require.LessOrEqual(t, got.Packets, uint64(n+16), "no frame may be counted twice")
 	require.GreaterOrEqual(t, got.Bytes, uint64(n*len(udp4)))
 }
+
+// TestTCDropCounts runs the TC baseline in the kernel: it must shoot the
+// skb and count it under the drop verdict.
+func TestTCDropCounts(t *testing.T) {
+	objs := loadCount(t, gen.BasicVerdictVERDICT_DROP)
+	ret, err := objs.TcDrop.Run(&ebpf.RunOptions{Data: udp4, Repeat: 10})
+	require.NoError(t, err)
+	require.Equal(t, uint32(2), ret, "TC_ACT_SHOT")
+	got := sumVerdict(t, objs.Verdicts, gen.BasicVerdictVERDICT_DROP)
+	require.Equal(t, uint64(10), got.Packets)
+}
