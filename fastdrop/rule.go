@@ -277,14 +277,9 @@ func validatePrefix(field string, p netip.Prefix) error {
 	if !p.IsValid() {
 		return fmt.Errorf("%s %s is not a valid prefix", field, p)
 	}
-	a := p.Addr()
-	if a.Zone() != "" {
-		return fmt.Errorf("%s %s: an address with a zone cannot be matched; remove %%%s", field, p, a.Zone())
-	}
-	if a.Is4In6() {
-		if p.Bits() >= 96 {
-			return fmt.Errorf("%s %s is an IPv4-mapped IPv6 prefix, which never matches; write the IPv4 prefix %s", field, p, netip.PrefixFrom(a.Unmap(), p.Bits()-96).Masked())
-		}
+	a := p.Addr() // no zone: netip.PrefixFrom strips it
+	if a.Is4In6() && p.Bits() >= 96 {
+		return fmt.Errorf("%s %s is an IPv4-mapped IPv6 prefix, which never matches; write the IPv4 prefix %s", field, p, netip.PrefixFrom(a.Unmap(), p.Bits()-96).Masked())
 	}
 	if m := p.Masked(); m != p {
 		return fmt.Errorf("%s %s has bits set after the prefix length; write %s (or %s/%d for the single address)", field, p, m, a, a.BitLen())

@@ -1,0 +1,484 @@
+package fastdrop
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// ParseError is an error in a rule file. Error() reads
+// "FILE:LINE: MESSAGE", the message saying what is wrong and what is
+// expected instead.
+type ParseError struct {
+	File string // name given to Parse, or the path given to ParseFile
+	Line int    // 1-based
+	Msg  string
+	Err  error // ErrDuplicatePrefix, ErrTooManyRules or nil
+}
+
+func (e *ParseError) Error() string {
+	if e.File == "" {
+		return "line " + strconv.Itoa(e.Line) + ": " + e.Msg
+	}
+	return e.File + ":" + strconv.Itoa(e.Line) + ": " + e.Msg
+}
+
+// Unwrap returns the sentinel the error is an instance of, if any.
+func (e *ParseError) Unwrap() error { return e.Err }
+
+// ParseFile parses the rule file at path; errors name the path.
+func ParseFile(path string) (*RuleSet, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read rules: %w", err)
+	}
+	defer f.Close()
+	var sb strings.Builder
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		sb.Grow(int(fi.Size()) + 1)
+	}
+	if _, err := io.Copy(&sb, f); err != nil {
+		return nil, fmt.Errorf("read rules: %w", err)
+	}
+	return parseString(sb.String(), path)
+}
+
+// Parse parses a rule file (syntax in docs/RULES.md) read from r. name is
+// used in error messages, usually the file name. Errors in the file are
+// returned as *ParseError; Parse stops at the first.
+func Parse(r io.Reader, name string) (*RuleSet, error) {
+	// The whole input is held as one string so that every token is a
+	// substring of it: parsing a million prefix lines then allocates
+	// nothing per line but the rule itself.
+	var sb strings.Builder
+	if _, err := io.Copy(&sb, r); err != nil {
+		return nil, fmt.Errorf("read rules %s: %w", name, err)
+	}
+	return parseString(sb.String(), name)
+}
+
+// PrefixRules returns one prefix-only rule "action src p" per prefix, in
+// order, for building large block or allow lists in code. The prefixes are
+// used as given: RuleSet.Validate rejects unmasked, IPv4-mapped or repeated
+// ones.
+func PrefixRules(action Action, prefixes []netip.Prefix) []Rule {
+	rules := make([]Rule, len(prefixes))
+	for i, p := range prefixes {
+		rules[i] = Rule{Action: action, Src: p}
+	}
+	return rules
+}
+
+const (
+	wantFields = "want src, dst, proto, sport, dport, ether, frag, or tcp, udp, icmp, icmpv6"
+	wantAction = "want drop, pass or redirect, or a policy or malformed line"
+)
+
+type parser struct {
+	name string
+	line int
+	toks []string
+}
+
+func (p *parser) errorf(format string, args ...any) *ParseError {
+	return &ParseError{File: p.name, Line: p.line, Msg: fmt.Sprintf(format, args...)}
+}
+
+func parseString(s, name string) (*RuleSet, error) {
+	p := &parser{name: name, toks: make([]string, 0, 16)}
+	// Size for the common case, a long list of one rule per line.
+	lines := strings.Count(s, "\n") + 1
+	rs := &RuleSet{Rules: make([]Rule, 0, lines)}
+	var keys []uint64 // prefixKey of each prefix-only rule
+	policyLine, malformedLine, compound := 0, 0, 0
+
+	for len(s) > 0 {
+		var line string
+		if i := strings.IndexByte(s, '\n'); i >= 0 {
+			line, s = s[:i], s[i+1:]
+		} else {
+			line, s = s, ""
+		}
+		p.line++
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		p.toks = splitFields(p.toks[:0], line)
+		if len(p.toks) == 0 {
+			continue
+		}
+
+		switch p.toks[0] {
+		case "policy", "malformed":
+			kw := p.toks[0]
+			if len(p.toks) != 2 {
+				return nil, p.errorf("%s takes one verdict (want \"%s pass\" or \"%s drop\")", kw, kw, kw)
+			}
+			a, err := ParseAction(p.toks[1])
+			if err != nil || (kw == "malformed" && a == ActionRedirect) {
+				if kw == "malformed" {
+					return nil, p.errorf("unknown malformed verdict %q (want pass or drop)", p.toks[1])
+				}
+				return nil, p.errorf("unknown policy %q (want pass or drop; redirect in redirect programs)", p.toks[1])
+			}
+			prev := &policyLine
+			if kw == "malformed" {
+				prev = &malformedLine
+			}
+			if *prev != 0 {
+				return nil, p.errorf("%s given twice (also on line %d; at most one %s line)", kw, *prev, kw)
+			}
+			*prev = p.line
+			if kw == "policy" {
+				rs.Policy = a
+			} else {
+				rs.Malformed = a
+			}
+			continue
+		}
+
+		r, perr := p.rule()
+		if perr != nil {
+			return nil, perr
+		}
+		if err := r.Validate(); err != nil {
+			return nil, p.errorf("%s", err.Error())
+		}
+		if r.IsPrefixOnly() {
+			if keys == nil {
+				keys = make([]uint64, 0, lines)
+			}
+			keys = append(keys, prefixKey(r.Src))
+		} else {
+			compound++
+			if compound > MaxCompoundRules {
+				e := p.errorf("too many compound rules: this is number %d, at most %d are allowed (rules that are only \"ACTION src PREFIX\" do not count)", compound, MaxCompoundRules)
+				e.Err = ErrTooManyRules
+				return nil, e
+			}
+		}
+		rs.Rules = append(rs.Rules, r)
+	}
+	// Duplicates are checked after the whole file, so a syntax error later
+	// in the file is reported before a repeated prefix.
+	if dup, prev := checkDuplicatePrefixes(keys, rs.Rules); dup != nil {
+		p.line = dup.Line
+		e := p.errorf("prefix %s already has a rule on line %d (each prefix at most once in \"ACTION src PREFIX\" rules)", dup.Src, prev.Line)
+		e.Err = ErrDuplicatePrefix
+		return nil, e
+	}
+	if policyLine == 0 {
+		rs.Policy = ActionPass
+	}
+	if malformedLine == 0 {
+		rs.Malformed = ActionPass
+	}
+	return rs, nil
+}
+
+// prefixKey returns a 64-bit fingerprint of p: equal prefixes have equal
+// keys, and different ones almost never do.
+func prefixKey(p netip.Prefix) uint64 {
+	b := p.Addr().As16() // IPv4 as IPv4-mapped; a 4in6 prefix is invalid anyway
+	hi := binary.BigEndian.Uint64(b[:8])
+	lo := binary.BigEndian.Uint64(b[8:])
+	if p.Addr().Is4() {
+		// Exact for IPv4: 32 address bits and the length.
+		return lo<<8 | uint64(p.Bits())
+	}
+	return mix64(hi^mix64(lo^uint64(p.Bits())<<56)) | 1<<63
+}
+
+// mix64 is the splitmix64 finalizer.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// checkDuplicatePrefixes reports the first prefix-only rule whose prefix an
+// earlier prefix-only rule already has. keys are the prefixKeys of the
+// prefix-only rules; they are sorted in place. Sorting a million integers
+// is several times faster than a map of a million entries, so the map is
+// only built when the sort finds a candidate pair.
+func checkDuplicatePrefixes(keys []uint64, rules []Rule) (dup, prev *Rule) {
+	slices.Sort(keys)
+	candidate := false
+	for i := 1; i < len(keys); i++ {
+		if keys[i] == keys[i-1] {
+			candidate = true
+			break
+		}
+	}
+	if !candidate {
+		return nil, nil
+	}
+	seen := make(map[netip.Prefix]int)
+	for i := range rules {
+		r := &rules[i]
+		if !r.IsPrefixOnly() {
+			continue
+		}
+		if j, ok := seen[r.Src]; ok {
+			return r, &rules[j]
+		}
+		seen[r.Src] = i
+	}
+	return nil, nil // a fingerprint collision of different prefixes
+}
+
+// splitFields appends the blank-separated fields of line to dst.
+func splitFields(dst []string, line string) []string {
+	start := -1
+	for i := 0; i < len(line); i++ {
+		switch line[i] {
+		case ' ', '\t', '\r', '\v', '\f':
+			if start >= 0 {
+				dst = append(dst, line[start:i])
+				start = -1
+			}
+		default:
+			if start < 0 {
+				start = i
+			}
+		}
+	}
+	if start >= 0 {
+		dst = append(dst, line[start:])
+	}
+	return dst
+}
+
+// rule parses p.toks as "ACTION MATCH...".
+func (p *parser) rule() (Rule, *ParseError) {
+	r := Rule{Line: p.line}
+	a, err := ParseAction(p.toks[0])
+	if err != nil {
+		return r, p.errorf("unknown action %q (%s)", p.toks[0], wantAction)
+	}
+	r.Action = a
+
+	var seenSrc, seenDst, seenEther, seenSport, seenDport, seenFrag bool
+	protoTok := ""
+	toks := p.toks[1:]
+	for len(toks) > 0 {
+		field := toks[0]
+		toks = toks[1:]
+		// A field's value is the next token. A keyword there means the
+		// value was left out; protocol names are keywords but are also
+		// the values of proto.
+		v, hasValue := "", false
+		if len(toks) > 0 && (!isKeyword(toks[0]) || field == "proto" && isProtoName(toks[0])) {
+			v, hasValue = toks[0], true
+		}
+		switch field {
+		case "src", "dst":
+			seen, dst := &seenSrc, &r.Src
+			if field == "dst" {
+				seen, dst = &seenDst, &r.Dst
+			}
+			if e := p.once(field, seen); e != nil {
+				return r, e
+			}
+			if !hasValue {
+				return r, p.errorf("%s needs a value (want an address or prefix, e.g. %s 192.0.2.0/24, %s 2001:db8::/32 or %s 192.0.2.1)", field, field, field, field)
+			}
+			toks = toks[1:]
+			pfx, msg := parsePrefix(v)
+			if msg != "" {
+				return r, p.errorf("%s %s: %s", field, v, msg)
+			}
+			*dst = pfx
+		case "proto", "tcp", "udp", "icmp", "icmpv6":
+			if field == "proto" {
+				if !hasValue {
+					return r, p.errorf("proto needs a value (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)")
+				}
+				toks = toks[1:]
+			} else {
+				v = field
+			}
+			if protoTok != "" {
+				return r, p.errorf("protocol given twice (%q, then %q; each field at most once per rule, write two rules to match either)", protoTok, v)
+			}
+			protoTok = v
+			n, ok := parseProto(v)
+			if !ok {
+				return r, p.errorf("unknown protocol %q (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)", v)
+			}
+			r.Proto, r.HasProto = n, true
+		case "sport", "dport":
+			seen, dst := &seenSport, &r.SrcPort
+			if field == "dport" {
+				seen, dst = &seenDport, &r.DstPort
+			}
+			if e := p.once(field, seen); e != nil {
+				return r, e
+			}
+			if !hasValue {
+				return r, p.errorf("%s needs a value (want a port 0-65535 or a range like 1024-65535)", field)
+			}
+			toks = toks[1:]
+			pr, msg := parsePortRange(v)
+			if msg != "" {
+				return r, p.errorf("%s %s: %s", field, v, msg)
+			}
+			*dst = pr
+		case "ether":
+			if e := p.once(field, &seenEther); e != nil {
+				return r, e
+			}
+			if !hasValue {
+				return r, p.errorf("ether needs a value (want arp, lldp, ipv4, ipv6 or a hex EtherType like 0x88cc)")
+			}
+			toks = toks[1:]
+			t, msg := parseEtherType(v)
+			if msg != "" {
+				return r, p.errorf("ether %s: %s", v, msg)
+			}
+			r.EtherType = t
+		case "frag":
+			if e := p.once(field, &seenFrag); e != nil {
+				return r, e
+			}
+			r.Fragment = true
+		default:
+			if _, err := ParseAction(field); err == nil {
+				return r, p.errorf("unexpected %q: the action comes first and only once per line", field)
+			}
+			return r, p.errorf("unknown field %q (%s)", field, wantFields)
+		}
+	}
+	return r, nil
+}
+
+// once records that field was seen, or reports that it was seen before.
+func (p *parser) once(field string, seen *bool) *ParseError {
+	if *seen {
+		return p.errorf("%s given twice (each field at most once per rule; write two rules to match either)", field)
+	}
+	*seen = true
+	return nil
+}
+
+func isProtoName(s string) bool {
+	_, ok := parseProto(s)
+	return ok && (s[0] < '0' || s[0] > '9')
+}
+
+func isKeyword(s string) bool {
+	switch s {
+	case "src", "dst", "proto", "tcp", "udp", "icmp", "icmpv6", "sport", "dport", "ether", "frag":
+		return true
+	}
+	return false
+}
+
+// parsePrefix parses "ADDR/LEN" or "ADDR" (a host route). It returns the
+// prefix unmasked; Rule.Validate reports host bits with a suggestion.
+func parsePrefix(s string) (netip.Prefix, string) {
+	as, bs, hasLen := strings.Cut(s, "/")
+	a, err := netip.ParseAddr(as)
+	if err != nil {
+		return netip.Prefix{}, fmt.Sprintf("%q is not an IPv4 or IPv6 address (want e.g. 192.0.2.0/24, 2001:db8::/32 or 192.0.2.1)", as)
+	}
+	if a.Zone() != "" {
+		return netip.Prefix{}, "an address with a zone (%" + a.Zone() + ") cannot be matched; remove the zone"
+	}
+	if !hasLen {
+		return netip.PrefixFrom(a, a.BitLen()), ""
+	}
+	bits, ok := parseUint(bs, 3)
+	if !ok || bits > a.BitLen() {
+		return netip.Prefix{}, fmt.Sprintf("prefix length %q out of range (want 0-%d)", bs, a.BitLen())
+	}
+	return netip.PrefixFrom(a, bits), ""
+}
+
+// parseUint parses 1 to maxDigits decimal digits.
+func parseUint(s string, maxDigits int) (int, bool) {
+	if len(s) == 0 || len(s) > maxDigits {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
+
+func parseProto(s string) (uint8, bool) {
+	switch s {
+	case "tcp":
+		return ProtoTCP, true
+	case "udp":
+		return ProtoUDP, true
+	case "icmp":
+		return ProtoICMP, true
+	case "icmpv6":
+		return ProtoICMPv6, true
+	}
+	n, ok := parseUint(s, 3)
+	if !ok || n > 255 {
+		return 0, false
+	}
+	return uint8(n), true
+}
+
+func parsePortRange(s string) (*PortRange, string) {
+	const want = "want a port 0-65535 or a range like 1024-65535"
+	los, his, isRange := strings.Cut(s, "-")
+	lo, ok := parseUint(los, 5)
+	if !ok || lo > 65535 {
+		return nil, fmt.Sprintf("%q is not a port (%s)", los, want)
+	}
+	hi := lo
+	if isRange {
+		if hi, ok = parseUint(his, 5); !ok || hi > 65535 {
+			return nil, fmt.Sprintf("%q is not a port (%s)", his, want)
+		}
+		if lo > hi {
+			return nil, fmt.Sprintf("range is empty (write the lower port first: %d-%d)", hi, lo)
+		}
+	}
+	return &PortRange{Lo: uint16(lo), Hi: uint16(hi)}, ""
+}
+
+func parseEtherType(s string) (uint16, string) {
+	switch s {
+	case "arp":
+		return EtherTypeARP, ""
+	case "lldp":
+		return EtherTypeLLDP, ""
+	case "ipv4":
+		return EtherTypeIPv4, ""
+	case "ipv6":
+		return EtherTypeIPv6, ""
+	case "vlan":
+		return 0, "never matches: VLAN tags are skipped and ether matches the EtherType after them"
+	}
+	const want = "want arp, lldp, ipv4, ipv6 or a hex EtherType like 0x88cc"
+	if len(s) < 3 || len(s) > 6 || s[0] != '0' || (s[1] != 'x' && s[1] != 'X') {
+		return 0, "unknown EtherType (" + want + ")"
+	}
+	n, err := strconv.ParseUint(s[2:], 16, 16)
+	if err != nil {
+		return 0, "unknown EtherType (" + want + ")"
+	}
+	if n == 0 {
+		return 0, "0 is not an EtherType (" + want + ")"
+	}
+	return uint16(n), ""
+}

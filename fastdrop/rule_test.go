@@ -1,0 +1,169 @@
+package fastdrop
+
+import (
+	"errors"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestAction(t *testing.T) {
+	for _, a := range []Action{ActionDrop, ActionPass, ActionRedirect} {
+		got, err := ParseAction(a.String())
+		if err != nil || got != a {
+			t.Errorf("ParseAction(%q) = %v, %v", a.String(), got, err)
+		}
+	}
+	if s := Action(0).String(); s != "Action(0)" {
+		t.Errorf("Action(0).String() = %q", s)
+	}
+	if _, err := ParseAction("accept"); err == nil || err.Error() != `unknown action "accept" (want drop, pass or redirect)` {
+		t.Errorf("ParseAction(accept) error = %v", err)
+	}
+}
+
+func TestRuleValidateInCode(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    Rule
+		want string // "" = valid
+	}{
+		{"zero action", Rule{}, "invalid action 0 (want drop, pass or redirect)"},
+		{"action 4", Rule{Action: 4}, "invalid action 4 (want drop, pass or redirect)"},
+		{"match all", Rule{Action: ActionDrop}, ""},
+		{"proto without HasProto", Rule{Action: ActionDrop, Proto: 6}, "Proto 6 set without HasProto"},
+		{"proto 0", Rule{Action: ActionDrop, HasProto: true}, ""},
+		{"invalid prefix", Rule{Action: ActionDrop, Src: netip.PrefixFrom(netip.MustParseAddr("10.0.0.0"), 40)}, "src invalid Prefix is not a valid prefix"},
+		{"prefix without address", Rule{Action: ActionDrop, Dst: netip.PrefixFrom(netip.Addr{}, 0)}, ""},
+		{"unmasked", Rule{Action: ActionDrop, Src: netip.MustParsePrefix("10.1.2.3/8")}, "src 10.1.2.3/8 has bits set after the prefix length; write 10.0.0.0/8 (or 10.1.2.3/32 for the single address)"},
+		{"4in6", Rule{Action: ActionDrop, Src: netip.MustParsePrefix("::ffff:192.0.2.0/120")}, "src ::ffff:192.0.2.0/120 is an IPv4-mapped IPv6 prefix, which never matches; write the IPv4 prefix 192.0.2.0/24"},
+		{"4in6 short", Rule{Action: ActionDrop, Src: netip.MustParsePrefix("::/64")}, ""},
+		{"empty port range", Rule{Action: ActionDrop, HasProto: true, Proto: 17, DstPort: &PortRange{Lo: 9, Hi: 8}}, "dport 9-8: range is empty (write the lower port first)"},
+		{"ports without proto", Rule{Action: ActionDrop, SrcPort: &PortRange{Lo: 1, Hi: 1}}, `sport needs protocol tcp or udp (write e.g. "udp sport 1")`},
+		{"tcp ports", Rule{Action: ActionDrop, HasProto: true, Proto: 6, SrcPort: &PortRange{Lo: 1, Hi: 2}, DstPort: &PortRange{Lo: 3, Hi: 3}}, ""},
+		{"frag with sport", Rule{Action: ActionDrop, HasProto: true, Proto: 6, SrcPort: &PortRange{Lo: 1, Hi: 2}, Fragment: true}, "frag never matches together with sport: non-first fragments carry no L4 header"},
+		{"ether ipv6 with v4 dst", Rule{Action: ActionDrop, EtherType: EtherTypeIPv6, Dst: netip.MustParsePrefix("10.0.0.0/8")}, "ether ipv6 never matches an IPv4 prefix"},
+		{"ether qinq", Rule{Action: ActionDrop, EtherType: EtherTypeQinQ}, "ether 0x88a8 never matches: VLAN tags are skipped and ether matches the EtherType after them"},
+		{"ether arp frag", Rule{Action: ActionDrop, EtherType: EtherTypeARP, Fragment: true}, "ether arp never matches a rule with src, dst, proto, sport, dport or frag: those need an IPv4 or IPv6 frame"},
+		{"redirect", Rule{Action: ActionRedirect, HasProto: true, Proto: 17, DstPort: &PortRange{Lo: 53, Hi: 53}}, ""},
+		{"proto 51 v4", Rule{Action: ActionDrop, HasProto: true, Proto: 51, Src: netip.MustParsePrefix("10.0.0.0/8")}, ""},
+		{"proto 51 v6", Rule{Action: ActionDrop, HasProto: true, Proto: 51, Src: netip.MustParsePrefix("2001:db8::/32")}, "proto 51 never matches IPv6 frames: extension headers are skipped and proto is the protocol after them (use frag for fragments)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.r.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Validate(%#v) = %v, want nil", tc.r, err)
+			case tc.want != "" && (err == nil || err.Error() != tc.want):
+				t.Errorf("Validate(%#v) = %v, want %s", tc.r, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestIsPrefixOnly(t *testing.T) {
+	src := netip.MustParsePrefix("192.0.2.0/24")
+	pr := &PortRange{Lo: 1, Hi: 1}
+	for _, tc := range []struct {
+		r    Rule
+		want bool
+	}{
+		{Rule{Action: ActionDrop, Src: src}, true},
+		{Rule{Action: ActionPass, Src: src, Line: 9}, true},
+		{Rule{Action: ActionDrop}, false},
+		{Rule{Action: ActionDrop, Dst: src}, false},
+		{Rule{Action: ActionDrop, Src: src, Dst: src}, false},
+		{Rule{Action: ActionDrop, Src: src, HasProto: true}, false},
+		{Rule{Action: ActionDrop, Src: src, HasProto: true, Proto: 17, DstPort: pr}, false},
+		{Rule{Action: ActionDrop, Src: src, HasProto: true, Proto: 17, SrcPort: pr}, false},
+		{Rule{Action: ActionDrop, Src: src, EtherType: EtherTypeIPv4}, false},
+		{Rule{Action: ActionDrop, Src: src, Fragment: true}, false},
+	} {
+		if got := tc.r.IsPrefixOnly(); got != tc.want {
+			t.Errorf("%v IsPrefixOnly() = %v, want %v", tc.r, got, tc.want)
+		}
+	}
+}
+
+func TestRuleSetValidate(t *testing.T) {
+	udp := Rule{Action: ActionDrop, HasProto: true, Proto: 17}
+	a := Rule{Action: ActionDrop, Src: netip.MustParsePrefix("10.0.0.0/8")}
+	for _, tc := range []struct {
+		name string
+		rs   RuleSet
+		want string
+		is   error
+	}{
+		{"empty", RuleSet{}, "", nil},
+		{"policies", RuleSet{Policy: ActionRedirect, Malformed: ActionDrop}, "", nil},
+		{"bad policy", RuleSet{Policy: 9}, "invalid policy Action(9) (want pass, drop or redirect)", nil},
+		{"bad malformed", RuleSet{Malformed: ActionRedirect}, "invalid malformed verdict redirect (want pass or drop)", nil},
+		{"bad rule", RuleSet{Rules: []Rule{a, {Action: ActionDrop, Proto: 1, Line: 7}}}, "rule 1 (line 7): Proto 1 set without HasProto", nil},
+		{"duplicate", RuleSet{Rules: []Rule{a, udp, a}}, "rule 2 (drop src 10.0.0.0/8): duplicate prefix rule: 10.0.0.0/8 is also rule 0 (drop src 10.0.0.0/8)", ErrDuplicatePrefix},
+		{"too many", RuleSet{Rules: func() []Rule {
+			rs := []Rule{a}
+			for range MaxCompoundRules + 1 {
+				rs = append(rs, udp)
+			}
+			return rs
+		}()}, "rule 257 (drop udp): too many compound rules: more than 256", ErrTooManyRules},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.rs.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Errorf("Validate() = %v", err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("Validate() = %v, want %s", err, tc.want)
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Errorf("Validate() = %v, want errors.Is %v", err, tc.is)
+			}
+		})
+	}
+	rs := RuleSet{}
+	if rs.EffectivePolicy() != ActionPass || rs.EffectiveMalformed() != ActionPass {
+		t.Error("zero Policy/Malformed are not ActionPass")
+	}
+}
+
+func TestRuleStringOfCodeRules(t *testing.T) {
+	// Every rule that validates prints as text that parses back to it.
+	var rules []Rule
+	for _, src := range []netip.Prefix{{}, netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/33")} {
+		for _, proto := range []int{-1, 0, 1, 6, 17, 58, 132} {
+			for _, ports := range []*PortRange{nil, {Lo: 5, Hi: 5}, {Lo: 0, Hi: 65535}} {
+				for _, ether := range []uint16{0, EtherTypeIPv4, EtherTypeIPv6, EtherTypeARP, 0x1234} {
+					for _, frag := range []bool{false, true} {
+						r := Rule{Action: ActionDrop, Src: src, Dst: src, SrcPort: ports, EtherType: ether, Fragment: frag}
+						if proto >= 0 {
+							r.HasProto, r.Proto = true, uint8(proto)
+						}
+						if r.Validate() == nil {
+							rules = append(rules, r)
+						}
+					}
+				}
+			}
+		}
+	}
+	if len(rules) < 50 {
+		t.Fatalf("only %d valid rules", len(rules))
+	}
+	for _, r := range rules {
+		rs, err := Parse(strings.NewReader(r.String()), "")
+		if err != nil {
+			t.Errorf("%v: %v", r, err)
+			continue
+		}
+		got := rs.Rules[0]
+		got.Line = 0
+		if !reflect.DeepEqual(got, r) {
+			t.Errorf("%v reparsed as %v", r, got)
+		}
+	}
+}
