@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdpdrop/xdpdrop/internal/testenv"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpdrop/xdpdrop/internal/frames"
@@ -75,7 +77,7 @@ func newLoopback(t *testing.T) *loopback {
 	runtime.LockOSThread() // never unlocked: the thread ends with the test's goroutine
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 		if errors.Is(err, unix.EPERM) {
-			t.Skip("a network namespace for injecting frames needs CAP_SYS_ADMIN")
+			testenv.SkipOrFail(t, "a network namespace for injecting frames needs CAP_SYS_ADMIN")
 		}
 		t.Fatalf("unshare(CLONE_NEWNET): %v", err)
 	}
@@ -96,7 +98,7 @@ func newLoopback(t *testing.T) *loopback {
 
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if errors.Is(err, unix.EPERM) {
-		t.Skip("sending frames into lo needs CAP_NET_RAW (AF_PACKET socket)")
+		testenv.SkipOrFail(t, "sending frames into lo needs CAP_NET_RAW (AF_PACKET socket)")
 	}
 	require.NoError(t, err, "AF_PACKET socket")
 	t.Cleanup(func() { unix.Close(fd) })
