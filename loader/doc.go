@@ -1,0 +1,57 @@
+// Package loader puts XDP programs on interfaces and lets a later process
+// see and undo what is there: attach (driver, generic, offload, or auto),
+// pin, reopen from pins, inspect, replace atomically, and detach.
+//
+// It is the only package that calls link or netlink attach functions.
+//
+// # Attaching
+//
+// Attach attaches through a bpf_link (link.AttachXDP) where the kernel has
+// one for XDP (5.9 and later) and through rtnetlink otherwise, behind the
+// same API; Options.Netlink forces the netlink path. In ModeAuto it asks the
+// kernel's netdev generic-netlink family which XDP features the device has
+// (Linux 6.3 and later) and picks driver mode if the device reports native
+// XDP, generic mode if it does not; where that query is unavailable it tries
+// driver mode and falls back to generic. Attachment.Reason says which mode
+// was chosen and why.
+//
+// # Ours and foreign
+//
+// Every attachment made here carries a small read-only array map named
+// xdpdrop_meta, bound to the program with BPF_PROG_BIND_MAP, holding JSON
+// (Meta): the interface, mode, attach method, time, process and the
+// caller's configuration. A program whose maps include a meta map naming
+// its own interface is "ours", pinned or not; anything else on an interface
+// is foreign, and Attach, Replace and DetachInterface refuse to touch it
+// unless Force is set. The error (ErrForeign) says what is there and how to
+// override.
+//
+// # Pins
+//
+// With Options.Pin the link (bpf_link attachments only), the program, the
+// meta map and the caller's named maps are pinned under
+// PinRoot/IFNAME/ (default /sys/fs/bpf/xdpdrop/IFNAME/), an owner-only
+// directory; bpffs is mounted at /sys/fs/bpf if absent. The directory is
+// filled under a temporary name and renamed into place, so it is either
+// complete or absent. Open reopens a pinned attachment in another process;
+// Status and CleanStale find pins whose interface or attachment is gone.
+//
+// # Lifetime
+//
+// Close releases an Attachment's file descriptors. A pinned attachment
+// stays attached after Close; one that is not pinned is detached by Close
+// (as closing an unpinned bpf_link would do), whichever method attached it.
+// Detach removes the program and its pins.
+//
+// # Errors
+//
+// Errors wrap sentinels for what callers branch on (ErrNoInterface,
+// ErrNotPermitted, ErrModeUnsupported, ErrVerifier, ErrNoBPFFS, ErrForeign,
+// ErrAlreadyAttached, ErrNotPinned, ErrStale, ErrNotAttached) and say what to
+// do. After any error Attach leaves nothing attached or pinned that was not
+// there before.
+//
+// Functions act in the network namespace of the calling thread; lock the
+// goroutine to its thread (runtime.LockOSThread) when working in another
+// namespace. An Attachment is safe for use by several goroutines.
+package loader

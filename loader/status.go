@@ -1,0 +1,239 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/cilium/ebpf/link"
+)
+
+// IfaceStatus is what runs on one interface, or, for an interface that no
+// longer exists, the pins it left behind. Field names are stable (they are
+// `xdpdrop status --json`).
+type IfaceStatus struct {
+	Interface string `json:"interface"`
+	// Index is 0 for an interface that no longer exists.
+	Index int `json:"ifindex"`
+	// Programs are the XDP programs attached, at most one per mode.
+	Programs []ProgStatus `json:"programs"`
+	// PinDir is the interface's pin directory, if there is one.
+	PinDir string `json:"pin_dir,omitempty"`
+	// Stale is set when PinDir holds pins that describe nothing attached;
+	// StaleReason says why. CleanStale removes them.
+	Stale       bool   `json:"stale"`
+	StaleReason string `json:"stale_reason,omitempty"`
+}
+
+// ProgStatus is one attached XDP program.
+type ProgStatus struct {
+	Mode Mode   `json:"mode"`
+	ID   uint32 `json:"id"`
+	Name string `json:"name"`
+	Tag  string `json:"tag"`
+	// Method is how it is attached; LinkID is its bpf_link (0: netlink).
+	Method Method `json:"method"`
+	LinkID uint32 `json:"link_id,omitempty"`
+	// Ours is set for a program attached by this package (pinned or not).
+	Ours bool `json:"ours"`
+	// Pinned is set when PinDir holds this program.
+	Pinned bool `json:"pinned"`
+	// Meta is what the attachment recorded, for ours.
+	Meta *Meta `json:"meta,omitempty"`
+}
+
+// Status reports the XDP programs of interface iface, or of every interface
+// in the calling thread's namespace if iface is "", with the pins under
+// root ("": DefaultPinRoot). Pins of interfaces that no longer exist are
+// reported as entries with Index 0 and Stale set. bpffs is not mounted by
+// Status: if it is absent nothing is pinned.
+func Status(iface, root string) ([]IfaceStatus, error) {
+	root = pinRoot(root)
+	var ifcs []ifaceXDP
+	if iface != "" {
+		if err := checkName("interface", iface); err != nil {
+			return nil, fmt.Errorf("status: %w", err)
+		}
+		l, err := lookupLink(iface)
+		switch {
+		case err == nil:
+			x, err := getXDP(l.Attrs().Index)
+			if err != nil {
+				return nil, fmt.Errorf("status of %s: %w", iface, err)
+			}
+			ifcs = []ifaceXDP{x}
+		case errors.Is(err, ErrNoInterface):
+			// Its pins may still be there.
+			if _, serr := os.Stat(filepath.Join(root, iface)); serr != nil {
+				return nil, fmt.Errorf("status: %w", err)
+			}
+		default:
+			return nil, fmt.Errorf("status: %w", err)
+		}
+	} else {
+		var err error
+		if ifcs, err = listXDP(); err != nil {
+			return nil, fmt.Errorf("status: %w", err)
+		}
+	}
+
+	var links map[linkKey]link.ID
+	byName := map[string]*ifaceXDP{}
+	out := make([]IfaceStatus, 0, len(ifcs))
+	for i := range ifcs {
+		ifc := &ifcs[i]
+		byName[ifc.Name] = ifc
+		st := IfaceStatus{Interface: ifc.Name, Index: ifc.Index, Programs: []ProgStatus{}}
+		if len(ifc.Progs) > 0 && links == nil {
+			var err error
+			if links, err = xdpLinks(); err != nil {
+				return nil, fmt.Errorf("status: %w", err)
+			}
+		}
+		occ, err := survey(*ifc, links)
+		if err != nil {
+			return nil, fmt.Errorf("status of %s: %w", ifc.Name, err)
+		}
+		pinnedID, stale, why, dir := pinState(root, ifc.Name, ifc)
+		st.PinDir, st.Stale, st.StaleReason = dir, stale, why
+		for _, o := range occ {
+			ps := ProgStatus{Mode: o.Mode, ID: o.ID, Name: o.Name, Tag: o.Tag, Method: MethodNetlink, LinkID: uint32(o.LinkID)}
+			if o.LinkID != 0 {
+				ps.Method = MethodLink
+			}
+			ps.Pinned = pinnedID != 0 && pinnedID == o.ID
+			ps.Ours = o.Meta != nil || ps.Pinned
+			ps.Meta = o.Meta
+			if ps.Pinned && ps.Meta == nil {
+				// Kernel without BPF_PROG_BIND_MAP: the pinned copy.
+				if p, err := loadPins(dir); err == nil {
+					m := p.info
+					ps.Meta = &m
+					p.close()
+				}
+			}
+			st.Programs = append(st.Programs, ps)
+		}
+		out = append(out, st)
+	}
+
+	// Pin directories of interfaces that are gone.
+	ents, err := os.ReadDir(root)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("status: %w", wrapErr("list pins", err))
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if !e.IsDir() || strings.HasPrefix(n, ".") || byName[n] != nil || (iface != "" && n != iface) {
+			continue
+		}
+		if _, err := lookupLink(n); err == nil {
+			continue // exists, but not in ifcs (it appeared meanwhile)
+		}
+		_, stale, why, dir := pinState(root, n, nil)
+		if dir == "" {
+			continue // another namespace's, and possibly alive
+		}
+		out = append(out, IfaceStatus{Interface: n, Programs: []ProgStatus{}, PinDir: dir, Stale: stale, StaleReason: why})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if (out[i].Index == 0) != (out[j].Index == 0) {
+			return out[i].Index != 0
+		}
+		if out[i].Index != out[j].Index {
+			return out[i].Index < out[j].Index
+		}
+		return out[i].Interface < out[j].Interface
+	})
+	return out, nil
+}
+
+// pinState looks at root/name: the id of the program pinned there, whether
+// the pins are stale and why, and the directory ("" if there is none, or it
+// belongs to another namespace and is not known to be dead).
+func pinState(root, name string, ifc *ifaceXDP) (progID uint32, stale bool, why, dir string) {
+	dir = filepath.Join(root, name)
+	if _, err := os.Stat(dir); err != nil {
+		return 0, false, "", ""
+	}
+	p, err := loadPins(dir)
+	if err != nil {
+		if errors.Is(err, ErrStale) {
+			return 0, true, strings.TrimPrefix(err.Error(), ErrStale.Error()+": "), dir
+		}
+		return 0, true, fmt.Sprintf("pins unreadable: %v", err), dir
+	}
+	defer p.close()
+	if p.otherNetNS() {
+		if p.definitelyDead() {
+			return 0, true, "pinned in another network namespace, and its link was detached", dir
+		}
+		return 0, false, "", ""
+	}
+	if info, err := p.prog.Info(); err == nil {
+		id, _ := info.ID()
+		progID = uint32(id)
+	}
+	live, why := p.liveness(name, ifc)
+	if !live {
+		return 0, true, why, dir
+	}
+	return progID, false, "", dir
+}
+
+// CleanStale removes the pin directories under root ("": DefaultPinRoot)
+// that describe nothing attached: their interface is gone or re-created,
+// or their program was detached by other means, and leftovers of attaches
+// that were interrupted. It returns the directories removed. Pins made in
+// another network namespace are removed only if their link is known to be
+// detached.
+func CleanStale(root string) ([]string, error) {
+	root = pinRoot(root)
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("clean stale pins: %w", wrapErr("list pins", err))
+	}
+	var removed []string
+	var errs []error
+	for _, e := range ents {
+		n := e.Name()
+		dir := filepath.Join(root, n)
+		if strings.HasPrefix(n, tmpPrefix) {
+			if tmpOwnerAlive(n) {
+				continue
+			}
+		} else {
+			if strings.HasPrefix(n, ".") || !e.IsDir() {
+				continue
+			}
+			var ifc *ifaceXDP
+			if l, err := lookupLink(n); err == nil {
+				x, err := getXDP(l.Attrs().Index)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				ifc = &x
+			}
+			if _, stale, _, d := pinState(root, n, ifc); !stale || d == "" {
+				continue
+			}
+		}
+		if err := removePins(dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, dir)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return removed, fmt.Errorf("clean stale pins: %w", err)
+	}
+	return removed, nil
+}
