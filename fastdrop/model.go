@@ -1,0 +1,271 @@
+package fastdrop
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"strconv"
+)
+
+// ResultClass says which stage of evaluation decided a frame's verdict.
+type ResultClass uint8
+
+const (
+	ClassMalformed ResultClass = iota + 1 // the frame failed parsing; RuleSet.Malformed applied
+	ClassCompound                         // a compound rule matched
+	ClassPrefix                           // a prefix rule matched (longest prefix)
+	ClassDefault                          // nothing matched; RuleSet.Policy applied
+)
+
+func (c ResultClass) String() string {
+	switch c {
+	case ClassMalformed:
+		return "malformed"
+	case ClassCompound:
+		return "compound"
+	case ClassPrefix:
+		return "prefix"
+	case ClassDefault:
+		return "default"
+	}
+	return "ResultClass(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Result is the model's decision for one frame.
+type Result struct {
+	Verdict Action
+	Class   ResultClass
+	Rule    int // index into RuleSet.Rules of the matching rule, -1 if none
+}
+
+// Model evaluates frames against a rule set the way the kernel program must,
+// written for clarity rather than speed: it is the oracle of the
+// differential tests. It is safe for concurrent use by Eval.
+type Model struct {
+	rs       *RuleSet
+	compound []int // indices of compound rules, in file order
+	// Prefix rules by prefix length: prefix (masked address) -> rule index.
+	v4 [33]map[netip.Addr]int
+	v6 [129]map[netip.Addr]int
+}
+
+// NewModel returns a model of rs. rs must be valid (as Parse returns it, or
+// checked with RuleSet.Validate) and must not change while the model is
+// used.
+func NewModel(rs *RuleSet) *Model {
+	m := &Model{rs: rs}
+	for i, r := range rs.Rules {
+		if !r.IsPrefixOnly() {
+			m.compound = append(m.compound, i)
+			continue
+		}
+		var byLen map[netip.Addr]int
+		if bits := r.Src.Bits(); r.Src.Addr().Is4() {
+			if m.v4[bits] == nil {
+				m.v4[bits] = make(map[netip.Addr]int)
+			}
+			byLen = m.v4[bits]
+		} else {
+			if m.v6[bits] == nil {
+				m.v6[bits] = make(map[netip.Addr]int)
+			}
+			byLen = m.v6[bits]
+		}
+		if _, dup := byLen[r.Src.Addr()]; !dup { // first one wins; Validate rejects duplicates anyway
+			byLen[r.Src.Addr()] = i
+		}
+	}
+	return m
+}
+
+// packet is what the frame parser extracts; the fields rules match on.
+type packet struct {
+	etherType uint16 // after the VLAN tags
+	isIP      bool   // IPv4 or IPv6 (etherType 0x0800 or 0x86dd)
+	src, dst  netip.Addr
+	proto     uint8 // IPv4 protocol or IPv6 final next header
+	fragment  bool  // non-first fragment (offset != 0)
+	hasPorts  bool  // TCP or UDP and not a non-first fragment
+	sport     uint16
+	dport     uint16
+}
+
+// Eval returns the verdict for frame, which starts at the Ethernet header.
+func (m *Model) Eval(frame []byte) Result {
+	pkt, ok := parseFrame(frame)
+	if !ok {
+		return Result{Verdict: m.rs.EffectiveMalformed(), Class: ClassMalformed, Rule: -1}
+	}
+	for _, i := range m.compound {
+		if matches(&m.rs.Rules[i], &pkt) {
+			return Result{Verdict: m.rs.Rules[i].Action, Class: ClassCompound, Rule: i}
+		}
+	}
+	if pkt.isIP {
+		if i, ok := m.longestPrefix(pkt.src); ok {
+			return Result{Verdict: m.rs.Rules[i].Action, Class: ClassPrefix, Rule: i}
+		}
+	}
+	return Result{Verdict: m.rs.EffectivePolicy(), Class: ClassDefault, Rule: -1}
+}
+
+// longestPrefix returns the prefix rule with the longest prefix containing a.
+func (m *Model) longestPrefix(a netip.Addr) (int, bool) {
+	tables := m.v6[:]
+	if a.Is4() {
+		tables = m.v4[:]
+	}
+	for bits := len(tables) - 1; bits >= 0; bits-- {
+		if tables[bits] == nil {
+			continue
+		}
+		p, _ := a.Prefix(bits)
+		if i, ok := tables[bits][p.Addr()]; ok {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// matches reports whether the compound rule r matches pkt: every field that
+// is set must match.
+func matches(r *Rule, pkt *packet) bool {
+	if r.EtherType != 0 && r.EtherType != pkt.etherType {
+		return false
+	}
+	if r.Src.IsValid() && !(pkt.isIP && r.Src.Contains(pkt.src)) {
+		return false
+	}
+	if r.Dst.IsValid() && !(pkt.isIP && r.Dst.Contains(pkt.dst)) {
+		return false
+	}
+	if r.HasProto && !(pkt.isIP && r.Proto == pkt.proto) {
+		return false
+	}
+	if r.SrcPort != nil && !(pkt.hasPorts && r.SrcPort.Contains(pkt.sport)) {
+		return false
+	}
+	if r.DstPort != nil && !(pkt.hasPorts && r.DstPort.Contains(pkt.dport)) {
+		return false
+	}
+	if r.Fragment && !(pkt.isIP && pkt.fragment) {
+		return false
+	}
+	return true
+}
+
+// Limits of the frame parser, shared with the kernel program.
+const (
+	MaxVLANTags       = 2
+	MaxIPv6ExtHeaders = 4
+)
+
+// parseFrame implements "Parsing of frames" of docs/RULES.md. ok is false
+// for a malformed frame. Every "present" check counts against the end of
+// the frame, not the IP total or payload length.
+func parseFrame(b []byte) (pkt packet, ok bool) {
+	be := binary.BigEndian
+	if len(b) < 14 {
+		return pkt, false
+	}
+	et := be.Uint16(b[12:14])
+	off := 14
+	for tags := 0; et == EtherTypeVLAN || et == EtherTypeQinQ; tags++ {
+		if tags == MaxVLANTags {
+			return pkt, false // a third tag
+		}
+		if len(b) < off+4 {
+			return pkt, false
+		}
+		et = be.Uint16(b[off+2 : off+4])
+		off += 4
+	}
+	pkt.etherType = et
+
+	var l4 int
+	switch et {
+	case EtherTypeIPv4:
+		if len(b) < off+20 {
+			return pkt, false
+		}
+		ip := b[off:]
+		ihl := int(ip[0]&0x0f) * 4
+		totalLen := int(be.Uint16(ip[2:4]))
+		if ip[0]>>4 != 4 || ihl < 20 || len(ip) < ihl || totalLen < ihl || totalLen > len(ip) {
+			return pkt, false
+		}
+		pkt.isIP = true
+		pkt.src = netip.AddrFrom4([4]byte(ip[12:16]))
+		pkt.dst = netip.AddrFrom4([4]byte(ip[16:20]))
+		pkt.proto = ip[9]
+		pkt.fragment = be.Uint16(ip[6:8])&0x1fff != 0
+		l4 = off + ihl
+	case EtherTypeIPv6:
+		if len(b) < off+40 {
+			return pkt, false
+		}
+		ip := b[off:]
+		if ip[0]>>4 != 6 || 40+int(be.Uint16(ip[4:6])) > len(ip) {
+			return pkt, false
+		}
+		pkt.isIP = true
+		pkt.src = netip.AddrFrom16([16]byte(ip[8:24]))
+		pkt.dst = netip.AddrFrom16([16]byte(ip[24:40]))
+		nh := ip[6]
+		cur := off + 40
+		for n := 0; isIPv6ExtHeader(nh); n++ {
+			if n == MaxIPv6ExtHeaders {
+				return pkt, false // a fifth extension header
+			}
+			var hlen int
+			switch nh {
+			case 44: // fragment: fixed 8 bytes
+				hlen = 8
+			case 51: // AH: length in 4-byte units, minus 2
+				if len(b) < cur+2 {
+					return pkt, false
+				}
+				hlen = (int(b[cur+1]) + 2) * 4
+			default: // hop-by-hop, routing, destination options: 8-byte units, minus 1
+				if len(b) < cur+2 {
+					return pkt, false
+				}
+				hlen = (int(b[cur+1]) + 1) * 8
+			}
+			if len(b) < cur+hlen {
+				return pkt, false
+			}
+			isFrag := nh == 44
+			fragOff := isFrag && be.Uint16(b[cur+2:cur+4])>>3 != 0
+			nh = b[cur]
+			cur += hlen
+			if fragOff {
+				// What follows a non-first fragment header is fragment
+				// data, not headers: stop here (see Amendments).
+				pkt.fragment = true
+				break
+			}
+		}
+		pkt.proto = nh
+		l4 = cur
+	default:
+		return pkt, true // not IP: only ether-only rules can match
+	}
+
+	if pkt.fragment {
+		return pkt, true // no L4 header in a non-first fragment
+	}
+	switch pkt.proto {
+	case ProtoTCP, ProtoUDP:
+		need := 8
+		if pkt.proto == ProtoTCP {
+			need = 20
+		}
+		if len(b) < l4+need {
+			return pkt, false
+		}
+		pkt.hasPorts = true
+		pkt.sport = be.Uint16(b[l4 : l4+2])
+		pkt.dport = be.Uint16(b[l4+2 : l4+4])
+	}
+	return pkt, true
+}
