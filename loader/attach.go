@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -111,7 +110,13 @@ func (a *Attachment) Map(name string) *ebpf.Map {
 // refuses an interface that already runs a program unless opts.Force. On
 // error nothing is left attached or pinned, and a program Force removed is
 // put back where possible.
-func Attach(prog *ebpf.Program, opts Options) (_ *Attachment, err error) {
+func Attach(prog *ebpf.Program, opts Options) (*Attachment, error) {
+	return attach(prog, opts, queryFeatures)
+}
+
+// attach is Attach with the feature query as a parameter, so that tests
+// can take the path of kernels that have none.
+func attach(prog *ebpf.Program, opts Options, features func(ifindex int) (Features, error)) (_ *Attachment, err error) {
 	if prog == nil {
 		return nil, errors.New("attach: nil program")
 	}
@@ -146,7 +151,7 @@ func Attach(prog *ebpf.Program, opts Options) (_ *Attachment, err error) {
 		if err := ensurePinRoot(root); err != nil {
 			return nil, fmt.Errorf("%s: %w", ctx, err)
 		}
-		dir = filepath.Join(root, name)
+		dir = pinDirFor(root, name)
 		if old, err := loadPins(dir); err == nil {
 			other := old.otherNetNS()
 			old.close()
@@ -166,7 +171,11 @@ func Attach(prog *ebpf.Program, opts Options) (_ *Attachment, err error) {
 	if len(occ) > 0 && !opts.Force {
 		return nil, occupiedError(name, occ, pinRoot(opts.PinRoot))
 	}
-	tries, reason, err := chooseMode(name, index, opts.Mode)
+	feats, ferr := features(index)
+	if errors.Is(ferr, ErrNoInterface) {
+		return nil, fmt.Errorf("%s: %w", ctx, ferr)
+	}
+	tries, reason, err := chooseMode(name, opts.Mode, feats, ferr)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ctx, err)
 	}
@@ -258,18 +267,15 @@ func Attach(prog *ebpf.Program, opts Options) (_ *Attachment, err error) {
 	} else if len(occ) > 0 {
 		// Force removed an attachment of ours that may have been pinned:
 		// its pins now describe nothing.
-		dropStalePins(filepath.Join(pinRoot(opts.PinRoot), name), name)
+		dropStalePins(pinDirFor(opts.PinRoot, name), name)
 	}
 	ev.release()
 	return a, nil
 }
 
-// chooseMode decides which modes Attach tries, in order, and says why.
-func chooseMode(name string, index int, want Mode) ([]Mode, string, error) {
-	feats, ferr := queryFeatures(index)
-	if errors.Is(ferr, ErrNoInterface) {
-		return nil, "", ferr
-	}
+// chooseMode decides which modes Attach tries, in order, and says why,
+// from the device's features or the error of asking for them.
+func chooseMode(name string, want Mode, feats Features, ferr error) ([]Mode, string, error) {
 	if ferr == nil {
 		switch want {
 		case ModeAuto:

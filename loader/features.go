@@ -86,7 +86,7 @@ func queryFeatures(ifindex int) (Features, error) {
 		return 0, fmt.Errorf("%w: look up %q generic-netlink family: %w", ErrNoFeatureQuery, netdevFamily, err)
 	}
 	req := nl.NewNetlinkRequest(int(fam.ID), 0)
-	req.AddData(&nl.Genlmsg{Command: netdevCmdDevGet, Version: netdevFamilyVersion})
+	req.AddData(genlHeader{netdevCmdDevGet, netdevFamilyVersion})
 	req.AddData(nl.NewRtAttr(netdevAttrIfindex, nl.Uint32Attr(uint32(ifindex))))
 	msgs, err := req.Execute(unix.NETLINK_GENERIC, 0)
 	if err != nil {
@@ -111,3 +111,12 @@ func queryFeatures(ifindex int) (Features, error) {
 	}
 	return 0, fmt.Errorf("%w: netdev reply for ifindex %d has no xdp-features", ErrNoFeatureQuery, ifindex)
 }
+
+// genlHeader is struct genlmsghdr. (nl.Genlmsg serialises four bytes of a
+// two-byte struct, sending whatever follows it in memory as the reserved
+// field, which the kernel's strict validation rejects with EINVAL.)
+type genlHeader struct{ cmd, version uint8 }
+
+func (h genlHeader) Len() int { return 4 }
+
+func (h genlHeader) Serialize() []byte { return []byte{h.cmd, h.version, 0, 0} }

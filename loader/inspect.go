@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -135,7 +134,7 @@ func occupiedError(iface string, occ []occupant, root string) error {
 	}
 	o := occ[0]
 	where := fmt.Sprintf("held by process %d, not pinned under %s", o.Meta.PID, root)
-	if p, err := loadPins(filepath.Join(root, iface)); err == nil {
+	if p, err := loadPins(pinDirFor(root, iface)); err == nil {
 		if info, err := p.prog.Info(); err == nil {
 			if id, _ := info.ID(); uint32(id) == o.ID {
 				where = "pinned at " + p.dir

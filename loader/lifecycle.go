@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -198,7 +197,7 @@ func Open(iface, root string) (_ *Attachment, err error) {
 	if err := checkName("interface", iface); err != nil {
 		return nil, fmt.Errorf("%s: %w", ctx, err)
 	}
-	dir := filepath.Join(pinRoot(root), iface)
+	dir := pinDirFor(root, iface)
 	p, err := loadPins(dir)
 	if err != nil {
 		if errors.Is(err, ErrNotPinned) {
@@ -258,7 +257,7 @@ func DetachInterface(iface string, opts DetachOptions) error {
 	if err := checkName("interface", iface); err != nil {
 		return fmt.Errorf("%s: %w", ctx, err)
 	}
-	dir := filepath.Join(pinRoot(opts.PinRoot), iface)
+	dir := pinDirFor(opts.PinRoot, iface)
 	a, err := Open(iface, opts.PinRoot)
 	switch {
 	case err == nil:

@@ -123,6 +123,7 @@ func infoMeta(info *ebpf.ProgramInfo, name string, ifindex int) (meta Meta, foun
 	if err != nil {
 		return Meta{}, false, err
 	}
+	var newest ebpf.MapID
 	for _, id := range ids {
 		mp, err := ebpf.NewMapFromID(id)
 		if err != nil {
@@ -145,9 +146,10 @@ func infoMeta(info *ebpf.ProgramInfo, name string, ifindex int) (meta Meta, foun
 			continue
 		}
 		// A program attached, detached and attached again to the same
-		// interface has two meta maps: the newer one is current.
-		if !found || m.AttachedAt.After(meta.AttachedAt) {
-			meta, found = m, true
+		// interface has several meta maps: the newest (highest id, ids
+		// only grow) is current.
+		if !found || id > newest {
+			meta, found, newest = m, true, id
 		}
 	}
 	return meta, found, nil

@@ -29,7 +29,8 @@ const (
 	pinMaps = "maps"
 	// tmpPrefix starts directories and files being filled; the pid after
 	// it lets CleanStale tell an interrupted attach from one in progress.
-	tmpPrefix = ".tmp-"
+	// Escaped names never contain ':' (see escapePin).
+	tmpPrefix = "tmp:"
 )
 
 func pinRoot(root string) string {
@@ -41,10 +42,27 @@ func pinRoot(root string) string {
 
 // checkName refuses names that would escape or confuse the pin layout.
 func checkName(kind, name string) error {
-	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || strings.HasPrefix(name, ".") {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
 		return fmt.Errorf("invalid %s name %q for a pin", kind, name)
 	}
 	return nil
+}
+
+// pinEscaper makes interface and map names valid bpffs names: bpffs
+// refuses any name with a dot (EPERM, "reserved for future use"), and
+// VLAN interfaces are called eth0.100. ':' is escaped too so that no
+// escaped name can look like a temporary one.
+var pinEscaper = strings.NewReplacer("%", "%25", ".", "%2e", ":", "%3a")
+
+var pinUnescaper = strings.NewReplacer("%25", "%", "%2e", ".", "%3a", ":")
+
+func escapePin(name string) string { return pinEscaper.Replace(name) }
+
+func unescapePin(name string) string { return pinUnescaper.Replace(name) }
+
+// pinDirFor is the pin directory of interface iface under root.
+func pinDirFor(root, iface string) string {
+	return filepath.Join(pinRoot(root), escapePin(iface))
 }
 
 // ensurePinRoot makes root an owner-only directory on bpffs, mounting bpffs
@@ -85,7 +103,7 @@ func tmpName(final string) (string, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
-	return filepath.Join(filepath.Dir(final), fmt.Sprintf("%s%d-%s-%s", tmpPrefix, os.Getpid(), hex.EncodeToString(b[:]), filepath.Base(final))), nil
+	return filepath.Join(filepath.Dir(final), fmt.Sprintf("%s%d:%s:%s", tmpPrefix, os.Getpid(), hex.EncodeToString(b[:]), filepath.Base(final))), nil
 }
 
 // tmpOwnerAlive reports whether the process that made a temporary name is
@@ -95,7 +113,7 @@ func tmpOwnerAlive(name string) bool {
 	if !ok {
 		return false
 	}
-	pidStr, _, _ := strings.Cut(rest, "-")
+	pidStr, _, _ := strings.Cut(rest, ":")
 	pid, err := strconv.Atoi(pidStr)
 	if err != nil || pid <= 0 {
 		return false
@@ -173,14 +191,15 @@ func loadPins(dir string) (_ *pinSet, err error) {
 		return nil, wrapErr("list pinned maps", err)
 	}
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), ".") {
+		if strings.HasPrefix(e.Name(), tmpPrefix) {
 			continue
 		}
+		name := unescapePin(e.Name())
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinMaps, e.Name()), nil)
 		if err != nil {
-			return nil, wrapErr(fmt.Sprintf("open pinned map %s", e.Name()), err)
+			return nil, wrapErr(fmt.Sprintf("open pinned map %s", name), err)
 		}
-		p.maps[e.Name()] = m
+		p.maps[name] = m
 	}
 	return p, nil
 }
@@ -273,7 +292,7 @@ func pinAll(dir string, lnk link.Link, prog *ebpf.Program, meta *ebpf.Map, maps 
 			return wrapErr("pin maps", err)
 		}
 		for name, m := range maps {
-			if err := pinMap(m, filepath.Join(tmp, pinMaps, name)); err != nil {
+			if err := pinMap(m, filepath.Join(tmp, pinMaps, escapePin(name))); err != nil {
 				return wrapErr(fmt.Sprintf("pin map %s", name), err)
 			}
 		}

@@ -68,7 +68,7 @@ func Status(iface, root string) ([]IfaceStatus, error) {
 			ifcs = []ifaceXDP{x}
 		case errors.Is(err, ErrNoInterface):
 			// Its pins may still be there.
-			if _, serr := os.Stat(filepath.Join(root, iface)); serr != nil {
+			if _, serr := os.Stat(pinDirFor(root, iface)); serr != nil {
 				return nil, fmt.Errorf("status: %w", err)
 			}
 		default:
@@ -127,8 +127,8 @@ func Status(iface, root string) ([]IfaceStatus, error) {
 		return nil, fmt.Errorf("status: %w", wrapErr("list pins", err))
 	}
 	for _, e := range ents {
-		n := e.Name()
-		if !e.IsDir() || strings.HasPrefix(n, ".") || byName[n] != nil || (iface != "" && n != iface) {
+		n := unescapePin(e.Name())
+		if !e.IsDir() || strings.HasPrefix(e.Name(), tmpPrefix) || byName[n] != nil || (iface != "" && n != iface) {
 			continue
 		}
 		if _, err := lookupLink(n); err == nil {
@@ -156,7 +156,7 @@ func Status(iface, root string) ([]IfaceStatus, error) {
 // the pins are stale and why, and the directory ("" if there is none, or it
 // belongs to another namespace and is not known to be dead).
 func pinState(root, name string, ifc *ifaceXDP) (progID uint32, stale bool, why, dir string) {
-	dir = filepath.Join(root, name)
+	dir = pinDirFor(root, name)
 	if _, err := os.Stat(dir); err != nil {
 		return 0, false, "", ""
 	}
@@ -203,14 +203,14 @@ func CleanStale(root string) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, e := range ents {
-		n := e.Name()
-		dir := filepath.Join(root, n)
-		if strings.HasPrefix(n, tmpPrefix) {
-			if tmpOwnerAlive(n) {
+		n := unescapePin(e.Name())
+		dir := filepath.Join(root, e.Name())
+		if strings.HasPrefix(e.Name(), tmpPrefix) {
+			if tmpOwnerAlive(e.Name()) {
 				continue
 			}
 		} else {
-			if strings.HasPrefix(n, ".") || !e.IsDir() {
+			if !e.IsDir() {
 				continue
 			}
 			var ifc *ifaceXDP

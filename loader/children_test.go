@@ -1,0 +1,149 @@
+package loader_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/xdpdrop/xdpdrop/gen"
+	"github.com/xdpdrop/xdpdrop/loader"
+)
+
+// children are the functions a re-executed test binary can run; they read
+// their parameters from the environment and print a childResult.
+var children = map[string]func() error{
+	"open":          childOpen,
+	"attach-pinned": childAttachPinned,
+	"unprivileged":  childUnprivileged,
+	"no-bpffs":      childNoBPFFS,
+}
+
+// childOpen opens the pinned attachment of $IFACE under $ROOT, reports
+// what it found, reads the pinned verdicts map, and detaches if $DETACH.
+func childOpen() error {
+	a, err := loader.Open(os.Getenv("IFACE"), os.Getenv("ROOT"))
+	if err != nil {
+		return report(errResult(err))
+	}
+	info, err := a.Program().Info()
+	if err != nil {
+		return err
+	}
+	id, _ := info.ID()
+	m := a.Meta()
+	res := childResult{ProgName: info.Name, ProgID: uint32(id), Mode: a.Mode().String(), Config: m.Config}
+	for _, name := range m.Maps {
+		mp := a.Map(name)
+		if mp == nil {
+			return fmt.Errorf("pinned map %s missing", name)
+		}
+		var per []gen.BasicCounter
+		if err := mp.Lookup(uint32(gen.BasicVerdictVERDICT_DROP), &per); err != nil {
+			return fmt.Errorf("read pinned map %s: %w", name, err)
+		}
+		res.Maps = append(res.Maps, name)
+	}
+	if os.Getenv("DETACH") == "1" {
+		if err := a.Detach(); err != nil {
+			return err
+		}
+	} else if err := a.Close(); err != nil {
+		return err
+	}
+	return report(res)
+}
+
+// childAttachPinned attaches xdp_count (dropping) to $IFACE pinned under
+// $ROOT, through netlink if $NETLINK, and exits leaving it attached.
+func childAttachPinned() error {
+	objs, err := loadBasicObjs(gen.BasicVerdictVERDICT_DROP)
+	if err != nil {
+		return err
+	}
+	defer objs.Close()
+	a, err := loader.Attach(objs.XdpCount, loader.Options{
+		Interface: os.Getenv("IFACE"),
+		Pin:       true,
+		PinRoot:   os.Getenv("ROOT"),
+		Maps:      map[string]*ebpf.Map{"verdicts": objs.Verdicts},
+		Config:    map[string]string{"owner": "child"},
+		Netlink:   os.Getenv("NETLINK") == "1",
+	})
+	if err != nil {
+		return err
+	}
+	info, err := a.Program().Info()
+	if err != nil {
+		return err
+	}
+	id, _ := info.ID()
+	if err := a.Close(); err != nil {
+		return err
+	}
+	return report(childResult{ProgID: uint32(id), Mode: a.Mode().String()})
+}
+
+// childUnprivileged runs without capabilities (as nobody) and tries, with
+// the program the parent passed as fd 3: Attach through a bpf_link, Attach
+// through netlink, Open of root-owned pins, Status of an interface that
+// runs a program, DetachInterface. It reports each error.
+func childUnprivileged() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return err
+	}
+	if data[0].Effective != 0 || data[1].Effective != 0 {
+		return errors.New("child still has capabilities")
+	}
+	prog, err := ebpf.NewProgramFromFD(3)
+	if err != nil {
+		return fmt.Errorf("program from parent: %w", err)
+	}
+	iface, busy, root := os.Getenv("IFACE"), os.Getenv("BUSY_IFACE"), os.Getenv("ROOT")
+	var errs []string
+	add := func(err error) {
+		r := errResult(err)
+		if err == nil || !r.Is["ErrNotPermitted"] {
+			errs = append(errs, fmt.Sprintf("want ErrNotPermitted, got %v", err))
+		} else {
+			errs = append(errs, err.Error())
+		}
+	}
+	_, err = loader.Attach(prog, loader.Options{Interface: iface})
+	add(err)
+	_, err = loader.Attach(prog, loader.Options{Interface: iface, Netlink: true})
+	add(err)
+	_, err = loader.Open(busy, root)
+	add(err)
+	_, err = loader.Status(busy, root)
+	add(err)
+	err = loader.DetachInterface(busy, loader.DetachOptions{PinRoot: root, Force: true})
+	add(err)
+	return report(childResult{Maps: errs})
+}
+
+// childNoBPFFS runs in its own mount namespace with an empty read-only
+// tmpfs over /sys/fs, so bpffs is absent and cannot be mounted at
+// /sys/fs/bpf, and tries a pinned attach with the default pin root.
+func childNoBPFFS() error {
+	if err := unix.Mount("none", "/sys/fs", "tmpfs", unix.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("cover /sys/fs: %w", err)
+	}
+	objs, err := loadBasicObjs(gen.BasicVerdictVERDICT_PASS)
+	if err != nil {
+		return err
+	}
+	defer objs.Close()
+	_, err = loader.Attach(objs.XdpPass, loader.Options{Interface: os.Getenv("IFACE"), Pin: true})
+	r := errResult(err)
+	if err == nil {
+		r.Err = "attach succeeded"
+	}
+	r.Maps = slices.Sorted(func(yield func(string) bool) {})
+	return report(r)
+}
