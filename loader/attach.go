@@ -59,6 +59,8 @@ type Attachment struct {
 	meta    Meta
 	maps    map[string]*ebpf.Map
 	pinDir  string // "" when not pinned
+	// attached is set once the program is on the interface (for undo).
+	attached bool
 }
 
 // Interface is the name of the interface.
@@ -199,24 +201,54 @@ func attach(prog *ebpf.Program, opts Options, features func(ifindex int) (Featur
 		a.maps[n] = c
 	}
 
+	// The metadata map, made before anything changes on the interface so
+	// that a missing privilege or an oversized Config fails first. It
+	// records the first mode to try; if another one is used, it is made
+	// again.
+	method := MethodLink
+	if opts.Netlink {
+		method = MethodNetlink
+	}
+	ns, err := netnsID()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ctx, err)
+	}
+	a.meta = Meta{
+		Interface:  name,
+		Ifindex:    index,
+		NetNS:      ns,
+		Mode:       tries[0],
+		Method:     method,
+		Reason:     fmt.Sprintf("%s mode: %s", tries[0], reason),
+		AttachedAt: time.Now().UTC(),
+		PID:        os.Getpid(),
+		Maps:       slices.Sorted(maps.Keys(opts.Maps)),
+		Config:     maps.Clone(opts.Config),
+	}
+	if a.metaMap, err = newMetaMap(a.meta); err != nil {
+		return nil, fmt.Errorf("%s: %w", ctx, err)
+	}
+
 	if len(occ) > 0 {
 		if ev, err = evict(name, index, occ); err != nil {
 			return nil, fmt.Errorf("%s: remove what runs there (Force): %w", ctx, err)
 		}
 	}
 
-	method := MethodLink
-	if opts.Netlink {
-		method = MethodNetlink
-	}
 	var mode Mode
 	var failures []error
+	attached := false
+	defer func() {
+		// What undo needs to detach, if something below fails.
+		if attached {
+			a.attached, a.meta.Mode, a.meta.Method = true, mode, method
+		}
+	}()
 	for _, m := range tries {
 		a.lnk, method, err = attachOne(a.prog, index, m, method)
 		if err == nil {
 			mode = m
-			// Recorded now so that undo can detach.
-			a.meta.Mode, a.meta.Method = mode, method
+			attached = true
 			break
 		}
 		failures = append(failures, err)
@@ -235,24 +267,15 @@ func attach(prog *ebpf.Program, opts Options, features func(ifindex int) (Featur
 		reason += "; attached through netlink (the kernel has no XDP bpf_link, Linux 5.9)"
 	}
 
-	ns, err := netnsID()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ctx, err)
-	}
-	a.meta = Meta{
-		Interface:  name,
-		Ifindex:    index,
-		NetNS:      ns,
-		Mode:       mode,
-		Method:     method,
-		Reason:     reason,
-		AttachedAt: time.Now().UTC().Truncate(time.Second),
-		PID:        os.Getpid(),
-		Maps:       slices.Sorted(maps.Keys(opts.Maps)),
-		Config:     maps.Clone(opts.Config),
-	}
-	if a.metaMap, err = newMetaMap(a.meta); err != nil {
-		return nil, fmt.Errorf("%s: %w", ctx, err)
+	if mode != a.meta.Mode || method != a.meta.Method || reason != a.meta.Reason {
+		// Not as predicted (a fallback happened): record what is true.
+		a.meta.Mode, a.meta.Method, a.meta.Reason = mode, method, reason
+		old := a.metaMap
+		if a.metaMap, err = newMetaMap(a.meta); err != nil {
+			a.metaMap = old
+			return nil, fmt.Errorf("%s: %w", ctx, err)
+		}
+		old.Close()
 	}
 	if err := bindMap(a.prog, a.metaMap); err != nil && !errors.Is(err, unix.EINVAL) {
 		// EINVAL: no BPF_PROG_BIND_MAP (before 5.10); ownership is then
@@ -413,7 +436,7 @@ func (a *Attachment) undo() error {
 	if a.lnk != nil {
 		errs = append(errs, a.lnk.Close()) // unpinned: closing detaches
 		a.lnk = nil
-	} else if a.meta.Method == MethodNetlink && a.meta.Mode != ModeAuto && a.prog != nil {
+	} else if a.attached && a.meta.Method == MethodNetlink && a.prog != nil {
 		if err := setXDP(a.ifindex, -1, a.prog.FD(), a.meta.Mode.netlinkFlags()|unix.XDP_FLAGS_REPLACE); err != nil {
 			errs = append(errs, fmt.Errorf("detach after failed attach: %w", err))
 		}

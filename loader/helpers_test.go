@@ -1,6 +1,7 @@
 package loader_test
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,7 +9,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,6 +32,11 @@ const childEnv = "XDPDROP_LOADER_CHILD"
 // (a real second process, for pins, privileges and mount namespaces).
 func TestMain(m *testing.M) {
 	if name := os.Getenv(childEnv); name != "" {
+		if name == "unprivileged" && os.Getenv(capsDroppedEnv) == "" {
+			// Does not return unless it fails.
+			fmt.Fprintln(os.Stderr, dropCapsAndReexec())
+			os.Exit(1)
+		}
 		fn, ok := children[name]
 		if !ok {
 			fmt.Fprintf(os.Stderr, "unknown child %q\n", name)
@@ -191,13 +199,18 @@ func startFlow(t *testing.T, v *testenv.Veth) *udpFlow {
 	}))
 	go func() {
 		defer close(f.done)
+		// Each datagram carries its sequence number (the number sent
+		// before it), then flowPayload.
+		buf := make([]byte, 8+len(flowPayload))
+		copy(buf[8:], flowPayload)
 		for {
 			select {
 			case <-f.stop:
 				return
 			default:
 			}
-			if _, err := f.conn.Write(flowPayload); err == nil {
+			binary.BigEndian.PutUint64(buf, f.sent.Load())
+			if _, err := f.conn.Write(buf); err == nil {
 				f.sent.Add(1)
 			}
 		}
@@ -245,3 +258,45 @@ func deadPID(t *testing.T) string {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// capsDroppedEnv marks the second exec of an unprivileged child.
+const capsDroppedEnv = "XDPDROP_LOADER_CAPS_DROPPED"
+
+// dropCapsAndReexec clears this thread's capability bounding, inheritable
+// and ambient sets and executes the binary again from it: the new process
+// runs as uid 0 with no capabilities at all (root gets only what the
+// bounding set allows on exec), a precise "not permitted" that still owns
+// root's files.
+func dropCapsAndReexec() error {
+	runtime.LockOSThread() // capabilities are per thread; exec from this one
+	last, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(last)))
+	if err != nil {
+		return err
+	}
+	for c := 0; c <= n; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return err
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("clear inheritable capabilities: %w", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	return unix.Exec(exe, os.Args, append(os.Environ(), capsDroppedEnv+"=1"))
+}
