@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* The fast-drop program: evaluates each frame against the active rule set
+ * (fastdrop.h) and drops or passes it, counting per rule and per verdict.
+ * Also the kernel LPM-trie program the benchmarks compare against. */
+#include "fastdrop.h"
+
+/* Test runs only: prepend a struct fd_trace_rec to the frame, so a test
+ * learns which stage and rule decided (the verifier prunes this when 0). */
+volatile const __u8 fd_trace = 0;
+
+static __always_inline __u32 fd_xdp_action(__u32 act)
+{
+	/* Redirect has no meaning here; user space never loads it. */
+	return act == FD_ACT_DROP ? XDP_DROP : XDP_PASS;
+}
+
+SEC("xdp")
+int xdp_fastdrop(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 bytes = data_end - data;
+	__u32 zero = 0, half, verdict, cpu_base;
+	struct fd_state *st;
+	struct fd_conf *c;
+	struct fd_result r;
+
+	st = bpf_map_lookup_elem(&fd_active, &zero);
+	if (!st)
+		return XDP_ABORTED;
+	/* Read once: every table below comes from this half. */
+	half = *(volatile __u32 *)&st->active & 1;
+	c = bpf_map_lookup_elem(&fd_confs, &half);
+	if (!c)
+		return XDP_ABORTED;
+
+	r = fd_match(c, ctx);
+	verdict = fd_xdp_action(fd_val_action(r.val));
+
+	cpu_base = bpf_get_smp_processor_id() * fd_counter_slots;
+	fd_count(cpu_base, fd_val_slot(r.val), bytes);
+	fd_count(cpu_base, FD_SLOT_VERDICT + verdict, bytes);
+
+	if (fd_trace) {
+		struct fd_trace_rec *t;
+
+		if (bpf_xdp_adjust_head(ctx, -(int)sizeof(*t)))
+			return verdict;
+		t = (void *)(long)ctx->data;
+		if ((void *)(t + 1) > (void *)(long)ctx->data_end)
+			return verdict;
+		t->magic = 0xfd;
+		t->verdict = verdict;
+		t->class = r.class;
+		t->index = r.index;
+		t->val = r.val;
+	}
+	return verdict;
+}
+
+/* ---- baseline: the same parser, then the kernel's LPM trie ---- */
+
+struct fd_lpm4_key {
+	__u32 prefixlen;
+	__u8 addr[4];
+};
+
+struct fd_lpm6_key {
+	__u32 prefixlen;
+	__u8 addr[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct fd_lpm4_key);
+	__type(value, __u32);
+	__uint(max_entries, 1 << 21);
+} fd_lpm4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct fd_lpm6_key);
+	__type(value, __u32);
+	__uint(max_entries, 1 << 21);
+} fd_lpm6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct counter);
+	__uint(max_entries, VERDICT_MAX);
+} fd_lpm_verdicts SEC(".maps");
+
+/* xdp_lpm_baseline looks the source address up in a kernel LPM trie whose
+ * values are vals (as in the prefix tables) and counts the verdict. */
+SEC("xdp")
+int xdp_lpm_baseline(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct fd_pkt p = {};
+	__u32 verdict = XDP_PASS, *val = NULL;
+	struct counter *cnt;
+
+	if (fd_parse(ctx, &p) == 0) {
+		if (p.family == 4) {
+			struct fd_lpm4_key k = { .prefixlen = 32 };
+
+			*(__u32 *)k.addr = bpf_htonl(p.src4);
+			val = bpf_map_lookup_elem(&fd_lpm4, &k);
+		} else if (p.family == 6) {
+			struct fd_lpm6_key k = { .prefixlen = 128 };
+
+			__builtin_memcpy(k.addr, p.src6, 16);
+			val = bpf_map_lookup_elem(&fd_lpm6, &k);
+		}
+		if (val)
+			verdict = fd_xdp_action(fd_val_action(*val));
+	}
+	cnt = bpf_map_lookup_elem(&fd_lpm_verdicts, &verdict);
+	if (cnt)
+		count(cnt, data_end - data);
+	return verdict;
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";

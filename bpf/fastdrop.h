@@ -1,0 +1,736 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The fast-drop matcher: maps, layouts shared with Go (through bpf2go
+ * -type) and the per-packet evaluation as __always_inline functions, so
+ * that any XDP program (the drop program in fastdrop.c, a per-queue filter
+ * in front of AF_XDP sockets) can include it and act on fd_match()'s result.
+ *
+ * Evaluation order (docs/RULES.md): malformed -> compound rules (first
+ * match in file order) -> longest source prefix -> default policy.
+ *
+ * Every table exists twice ("halves"). Packets read fd_state.active once and
+ * use only that half; user space writes the other half, flips active, then
+ * waits for an RCU grace period before it touches the old half again. So a
+ * packet sees either the old or the new rule set, never parts of both. */
+#ifndef XDPDROP_FASTDROP_H
+#define XDPDROP_FASTDROP_H
+
+#include "common.h"
+#include "parsing.h"
+
+/* Actions, with the values of fastdrop.Action in Go. */
+enum fd_action {
+	FD_ACT_NONE = 0,
+	FD_ACT_DROP = 1,
+	FD_ACT_PASS = 2,
+	FD_ACT_REDIRECT = 3,
+};
+
+/* Which stage decided (fastdrop.ResultClass in Go). */
+enum fd_class {
+	FD_CLASS_MALFORMED = 1,
+	FD_CLASS_COMPOUND = 2,
+	FD_CLASS_PREFIX = 3,
+	FD_CLASS_DEFAULT = 4,
+};
+
+/* Compound-rule fields that have lookup tables. */
+enum fd_field {
+	FD_FLD_ETHER = 0,
+	FD_FLD_PROTO = 1,
+	FD_FLD_SPORT = 2,
+	FD_FLD_DPORT = 3,
+	FD_FLD_SRC4 = 4,
+	FD_FLD_DST4 = 5,
+	FD_FLD_SRC6 = 6,
+	FD_FLD_DST6 = 7,
+	FD_FLD_MAX = 8,
+};
+
+enum fd_layout {
+	FD_MAX_COMPOUND = 256,
+	FD_BM_WORDS = 4, /* FD_MAX_COMPOUND bits */
+	FD_KINDS = 12,   /* family(3) x non-first fragment(2) x has ports(2) */
+
+	/* A match result ("val"), also the entry of the prefix tables:
+	 * action in bits 29-30, counter slot in bits 0-28; 0 = no match.
+	 * In DIR-24-8 tables bit 31 set means "the rest is a tbl8 group". */
+	FD_VAL_ACT_SHIFT = 29,
+	FD_VAL_SLOT_MASK = 0x1fffffff,
+
+	/* Counter slots: per CPU, fd_counter_slots slots of struct counter.
+	 * The first FD_SLOT_RULES are not rules. */
+	FD_SLOT_MALFORMED = 1,
+	FD_SLOT_DEFAULT = 2,
+	FD_SLOT_VERDICT = 8, /* + XDP action (enum verdict) */
+	FD_SLOT_RULES = 16,
+
+	/* fd_cls_tab: u16 class ids, 32 per line, per half FD_TAB_HALF. One
+	 * 64k-entry direct table per field (ports, ether, the first 16 bits of
+	 * the addresses), then a pool of 256-entry chunks for the address
+	 * tries. A trie entry with bit 15 set is a chunk index. */
+	FD_TAB_ETHER = 0,
+	FD_TAB_SPORT = 65536,
+	FD_TAB_DPORT = 131072,
+	FD_TAB_SRC4 = 196608,
+	FD_TAB_DST4 = 262144,
+	FD_TAB_SRC6 = 327680,
+	FD_TAB_DST6 = 393216,
+	FD_TAB_PROTO = 458752,
+	FD_TAB_POOL = 459776,
+	FD_TAB_CHUNKS = 8192,
+	FD_TAB_HALF = 2556928, /* FD_TAB_POOL + FD_TAB_CHUNKS * 256 */
+	FD_TAB_EXT = 0x8000,
+
+	/* fd_cls_bm: rule bitmaps, per half FD_BM_HALF, per field FD_BM_FIELD
+	 * classes. */
+	FD_BM_FIELD = 1024,
+	FD_BM_HALF = 8192,
+
+	/* fd_v6_tab entry flags. */
+	FD_V6_USED = 1,
+	FD_V6_MARKER = 2,  /* longer prefixes exist below: search on */
+	FD_V6_PREFIX = 4,  /* a prefix rule itself, not only a marker */
+	FD_V6_PROBES = 16, /* linear probing never goes further (Go ensures) */
+	FD_V6_DEPTH = 8,   /* binary search over <= 255 lengths */
+};
+
+#define FD_V4_EXT 0x80000000u
+
+/* Written by user space; packets read it once. */
+struct fd_state {
+	__u32 active;     /* half in use: 0 or 1 */
+	__u32 in_sync;    /* 1 when both halves hold the same tables */
+	__u64 generation; /* incremented by every flip */
+};
+
+struct fd_bm {
+	__u64 w[FD_BM_WORDS];
+};
+
+/* Per-half configuration: everything about a rule set that is not a big
+ * table. */
+struct fd_conf {
+	enum fd_action policy;    /* when nothing matches */
+	enum fd_action malformed; /* for malformed frames */
+	__u32 fields;    /* 1 << enum fd_field for each field compound rules use */
+	__u32 ncompound;
+	__u32 v4_count;      /* IPv4 prefix rules; 0 skips the lookup */
+	__u32 v6_count;      /* IPv6 prefix rules; 0 skips the lookup */
+	__u32 v4_tbl24_base; /* this half's first line in fd_v4_tbl24 */
+	__u32 v4_tbl8_base;  /* this half's first line in fd_v4_tbl8 */
+	__u32 v6_base;       /* this half's first entry in fd_v6_tab */
+	__u32 v6_mask;       /* entries in use - 1 (a power of two - 1) */
+	__u32 v6_shift;      /* 64 - log2(entries in use) */
+	__u32 v6_default;    /* val of a ::/0 prefix rule, 0 if none */
+	__u64 v6_seed;
+	__u32 cls_tab_base; /* this half's first u16 in fd_cls_tab */
+	__u32 cls_bm_base;  /* this half's first bitmap in fd_cls_bm */
+	/* Binary search tree over the distinct IPv6 prefix lengths: node n
+	 * has children 2n and 2n+1, 0 = no node; node 0 is unused. */
+	__u8 v6_tree[256];
+	/* Rules that a frame of this kind can match at all (family, non-first
+	 * fragment, ports present); see fd_kind(). */
+	struct fd_bm kind[FD_KINDS];
+	/* val of compound rule i. */
+	__u32 crule[FD_MAX_COMPOUND];
+};
+
+/* 16 DIR-24-8 entries; packed so 16M entries take 64 MiB (array slots
+ * are rounded up to 8 bytes, so a u32-valued array would take twice). */
+struct fd_line {
+	__u32 e[16];
+};
+
+struct fd_line16 {
+	__u16 e[32];
+};
+
+/* One entry of the IPv6 prefix hash table (binary search on prefix
+ * lengths with markers, Waldvogel et al. 1997). */
+struct fd_v6_ent {
+	__u64 hi, lo; /* address masked to len, as loaded from the packet */
+	__u32 val;    /* best matching prefix rule here (for a marker: the
+		       * longest prefix rule containing it), 0 if none */
+	__u8 len;
+	__u8 flags; /* FD_V6_* */
+	__u16 pad;
+	__u64 pad2;
+};
+
+/* A rule as stored for recovery by a later process (fd_rules[slot]). The
+ * program never reads it. */
+struct fd_rule_rec {
+	__u8 action;  /* enum fd_action; 0 = free slot */
+	__u8 flags;   /* FD_REC_* */
+	__u8 proto;
+	__u8 src_len;
+	__u8 dst_len;
+	__u8 family; /* 4 or 6 when src or dst is set */
+	__u8 halves; /* bit h: the rule is in the rule set of half h */
+	__u8 pad0;
+	__u16 ether;
+	__u16 sport_lo;
+	__u16 sport_hi;
+	__u16 dport_lo;
+	__u16 dport_hi;
+	__u16 pad1;
+	__u32 line;
+	__u32 order; /* sorts the rules into rule-set order */
+	__u8 src[16];
+	__u8 dst[16];
+	__u32 pad2;
+};
+
+enum fd_rec_flags {
+	FD_REC_SRC = 1,
+	FD_REC_DST = 2,
+	FD_REC_PROTO = 4,
+	FD_REC_SPORT = 8,
+	FD_REC_DPORT = 16,
+	FD_REC_FRAG = 32,
+};
+
+/* What a test run with fd_trace set prepends to the frame. */
+struct fd_trace_rec {
+	__u8 magic; /* 0xfd */
+	__u8 verdict; /* XDP action */
+	__u8 class;   /* enum fd_class */
+	__u8 index;   /* compound rule position when class is compound */
+	__u32 val;
+};
+
+/* The fields rules match on. */
+struct fd_pkt {
+	__u64 src6[2]; /* IPv6 addresses as in the packet (network byte order) */
+	__u64 dst6[2];
+	__u32 src4; /* IPv4 addresses in host order */
+	__u32 dst4;
+	__u16 ethertype; /* after the VLAN tags, host order */
+	__u16 sport;     /* host order, when has_ports */
+	__u16 dport;
+	__u8 family; /* 0 (not IP), 4 or 6 */
+	__u8 proto;
+	__u8 nonfirst; /* a fragment with offset != 0 */
+	__u8 has_ports;
+};
+
+struct fd_result {
+	__u32 val; /* action and counter slot */
+	__u32 class;
+	__u32 index;
+};
+
+/* ---- maps ---- */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct fd_state);
+	__uint(max_entries, 1);
+} fd_active SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct fd_conf);
+	__uint(max_entries, 2);
+} fd_confs SEC(".maps");
+
+/* DIR-24-8 (as DPDK's rte_lpm): the top 24 bits index tbl24; an entry is a
+ * val, or (bit 31) a tbl8 group of 256 entries for the last 8 bits. Sizes
+ * are set from Go at load; both halves in each map. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fd_line);
+	__uint(max_entries, 2 << 20);
+} fd_v4_tbl24 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fd_line);
+	__uint(max_entries, 2 * 16 * 1024);
+} fd_v4_tbl8 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fd_v6_ent);
+	__uint(max_entries, 2 * 1024);
+} fd_v6_tab SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fd_line16);
+	__uint(max_entries, 2 * FD_TAB_HALF / 32);
+} fd_cls_tab SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fd_bm);
+	__uint(max_entries, 2 * FD_BM_HALF);
+} fd_cls_bm SEC(".maps");
+
+/* Counters: fd_counter_slots slots per possible CPU, CPU-major. Each CPU
+ * only writes its own slots, and an XDP program is not preempted on its
+ * CPU, so no atomics are needed; user space sums the CPUs. (A per-CPU
+ * array would need one allocation per slot and a syscall to read; this is
+ * read through one mmap.) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct counter);
+	__uint(max_entries, 2 * 1024);
+} fd_counters SEC(".maps");
+
+/* Rules by counter slot, so a later process can list and change them. The
+ * program never reads it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fd_rule_rec);
+	__uint(max_entries, 1024);
+} fd_rules SEC(".maps");
+
+/* Counter slots per CPU (fd_counters has possible CPUs times this many). */
+volatile const __u32 fd_counter_slots = 1024;
+
+/* Never read: it makes the types user space needs (and nothing above
+ * references) part of the BTF, so bpf2go exports them to Go. */
+volatile const struct {
+	enum fd_class class;
+	enum fd_field field;
+	enum fd_layout layout;
+	enum fd_rec_flags rec_flags;
+	struct fd_trace_rec trace;
+} fd_btf_anchor = {};
+
+/* ---- compound rules: bit-vector classifier ---- */
+
+static __always_inline __u16 fd_cls16(__u32 idx)
+{
+	__u32 k = idx >> 5;
+	struct fd_line16 *l = bpf_map_lookup_elem(&fd_cls_tab, &k);
+
+	if (!l)
+		return 0;
+	return l->e[idx & 31];
+}
+
+/* acc &= bitmap idx; returns whether any bit is left. */
+static __always_inline int fd_bm_and(struct fd_bm *acc, __u32 idx)
+{
+	struct fd_bm *b = bpf_map_lookup_elem(&fd_cls_bm, &idx);
+
+	if (!b) {
+		acc->w[0] = acc->w[1] = acc->w[2] = acc->w[3] = 0;
+		return 0;
+	}
+	acc->w[0] &= b->w[0];
+	acc->w[1] &= b->w[1];
+	acc->w[2] &= b->w[2];
+	acc->w[3] &= b->w[3];
+	return (acc->w[0] | acc->w[1] | acc->w[2] | acc->w[3]) != 0;
+}
+
+/* Multibit trie over an IPv4 address (host order): 16 + 8 + 8 bits. */
+static __always_inline __u16 fd_trie4(__u32 tab, __u32 pool, __u32 a)
+{
+	__u16 e = fd_cls16(tab + (a >> 16));
+
+	if (e & FD_TAB_EXT) {
+		e = fd_cls16(pool + ((__u32)(e & 0x7fff) << 8) + ((a >> 8) & 0xff));
+		if (e & FD_TAB_EXT)
+			e = fd_cls16(pool + ((__u32)(e & 0x7fff) << 8) + (a & 0xff));
+	}
+	return e & 0x7fff;
+}
+
+/* Multibit trie over an IPv6 address (hi, lo as loaded from the packet):
+ * 16 bits, then 8 per level. A global function: the verifier checks its
+ * loop once instead of once per path into it. */
+__noinline __u32 fd_trie6(__u32 tab, __u32 pool, __u64 hi, __u64 lo)
+{
+	__u32 e = fd_cls16(tab + ((__u32)(hi & 0xff) << 8 | (__u32)((hi >> 8) & 0xff)));
+	int i;
+
+	for (i = 2; i < 16; i++) {
+		__u64 w = i < 8 ? hi : lo;
+		__u32 b = (w >> ((i & 7) * 8)) & 0xff;
+
+		if (!(e & FD_TAB_EXT))
+			break;
+		e = fd_cls16(pool + ((e & 0x7fff) << 8) + b);
+	}
+	return e & 0x7fff;
+}
+
+/* Index of the lowest set bit of a non-zero x. */
+static __always_inline __u32 fd_ctz64(__u64 x)
+{
+	__u32 n = 0;
+
+	if (!(x & 0xffffffffULL)) {
+		n += 32;
+		x >>= 32;
+	}
+	if (!(x & 0xffff)) {
+		n += 16;
+		x >>= 16;
+	}
+	if (!(x & 0xff)) {
+		n += 8;
+		x >>= 8;
+	}
+	if (!(x & 0xf)) {
+		n += 4;
+		x >>= 4;
+	}
+	if (!(x & 0x3)) {
+		n += 2;
+		x >>= 2;
+	}
+	if (!(x & 0x1))
+		n += 1;
+	return n;
+}
+
+static __always_inline __u32 fd_kind(const struct fd_pkt *p)
+{
+	__u32 fam = p->family == 4 ? 1 : p->family == 6 ? 2 : 0;
+
+	return fam * 4 + (p->nonfirst ? 2 : 0) + (p->has_ports ? 1 : 0);
+}
+
+/* fd_compound returns the position of the first compound rule that
+ * matches p, or -1. Each field used by some rule maps the frame's value to
+ * the set of rules that field allows (a bitmap); the AND of those sets,
+ * starting from what the frame's kind allows, holds the matching rules, and
+ * its lowest bit is the first in file order (Lakshman and Stiliadis's bit
+ * vector search, as in bpf-iptables). Fields no rule uses cost one test.
+ * Global (not inlined) so the verifier checks it once. */
+__noinline int fd_compound(const struct fd_conf *c, const struct fd_pkt *p)
+{
+	__u32 fields, tab, bm, kind;
+	struct fd_bm acc;
+	__u16 cls;
+
+	if (!c || !p)
+		return -1;
+	fields = c->fields;
+	tab = c->cls_tab_base;
+	bm = c->cls_bm_base;
+	kind = fd_kind(p);
+	if (kind >= FD_KINDS)
+		return -1;
+	acc = c->kind[kind];
+	if (!(acc.w[0] | acc.w[1] | acc.w[2] | acc.w[3]))
+		return -1;
+
+	if (fields & (1 << FD_FLD_ETHER)) {
+		cls = fd_cls16(tab + FD_TAB_ETHER + p->ethertype);
+		if (!fd_bm_and(&acc, bm + FD_FLD_ETHER * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+			return -1;
+	}
+	if (p->family) {
+		if (fields & (1 << FD_FLD_PROTO)) {
+			cls = fd_cls16(tab + FD_TAB_PROTO + p->proto);
+			if (!fd_bm_and(&acc, bm + FD_FLD_PROTO * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+				return -1;
+		}
+		if (p->has_ports) {
+			if (fields & (1 << FD_FLD_DPORT)) {
+				cls = fd_cls16(tab + FD_TAB_DPORT + p->dport);
+				if (!fd_bm_and(&acc, bm + FD_FLD_DPORT * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+					return -1;
+			}
+			if (fields & (1 << FD_FLD_SPORT)) {
+				cls = fd_cls16(tab + FD_TAB_SPORT + p->sport);
+				if (!fd_bm_and(&acc, bm + FD_FLD_SPORT * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+					return -1;
+			}
+		}
+		if (p->family == 4) {
+			if (fields & (1 << FD_FLD_SRC4)) {
+				cls = fd_trie4(tab + FD_TAB_SRC4, tab + FD_TAB_POOL, p->src4);
+				if (!fd_bm_and(&acc, bm + FD_FLD_SRC4 * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+					return -1;
+			}
+			if (fields & (1 << FD_FLD_DST4)) {
+				cls = fd_trie4(tab + FD_TAB_DST4, tab + FD_TAB_POOL, p->dst4);
+				if (!fd_bm_and(&acc, bm + FD_FLD_DST4 * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+					return -1;
+			}
+		} else {
+			if (fields & (1 << FD_FLD_SRC6)) {
+				cls = fd_trie6(tab + FD_TAB_SRC6, tab + FD_TAB_POOL, p->src6[0], p->src6[1]);
+				if (!fd_bm_and(&acc, bm + FD_FLD_SRC6 * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+					return -1;
+			}
+			if (fields & (1 << FD_FLD_DST6)) {
+				cls = fd_trie6(tab + FD_TAB_DST6, tab + FD_TAB_POOL, p->dst6[0], p->dst6[1]);
+				if (!fd_bm_and(&acc, bm + FD_FLD_DST6 * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+					return -1;
+			}
+		}
+	}
+
+	if (acc.w[0])
+		return fd_ctz64(acc.w[0]);
+	if (acc.w[1])
+		return 64 + fd_ctz64(acc.w[1]);
+	if (acc.w[2])
+		return 128 + fd_ctz64(acc.w[2]);
+	if (acc.w[3])
+		return 192 + fd_ctz64(acc.w[3]);
+	return -1;
+}
+
+/* ---- prefix rules ---- */
+
+/* DIR-24-8 lookup of a host-order IPv4 address: one read, two when the
+ * /24 holds longer prefixes. */
+static __always_inline __u32 fd_v4_lookup(const struct fd_conf *c, __u32 a)
+{
+	__u32 i24 = a >> 8;
+	__u32 k = c->v4_tbl24_base + (i24 >> 4);
+	struct fd_line *l = bpf_map_lookup_elem(&fd_v4_tbl24, &k);
+	__u32 e;
+
+	if (!l)
+		return 0;
+	e = l->e[i24 & 15];
+	if (e & FD_V4_EXT) {
+		k = c->v4_tbl8_base + ((e & ~FD_V4_EXT) << 4) + ((a & 0xff) >> 4);
+		l = bpf_map_lookup_elem(&fd_v4_tbl8, &k);
+		if (!l)
+			return 0;
+		e = l->e[a & 15];
+	}
+	return e;
+}
+
+/* The hash of a masked IPv6 prefix; fastdrop/compile_v6.go computes the
+ * same. Multiply-xorshift: cheap, and the seed is changed by user space if
+ * some key would need more than FD_V6_PROBES probes. */
+static __always_inline __u64 fd_v6_hash(__u64 hi, __u64 lo, __u64 len, __u64 seed)
+{
+	__u64 x = (hi ^ seed) * 0x9e3779b97f4a7c15ULL;
+
+	x = (x ^ (x >> 32) ^ lo) * 0xc2b2ae3d27d4eb4fULL;
+	x = (x ^ (x >> 29) ^ len) * 0x165667b19e3779f9ULL;
+	return x ^ (x >> 32);
+}
+
+static __always_inline __u64 fd_mask64(__u32 bits)
+{
+	/* bits in 1..64; as loaded from the packet (big-endian bytes read
+	 * little-endian), the mask keeps the first bits bytes. */
+	if (bits >= 64)
+		return ~0ULL;
+	return __builtin_bswap64(~0ULL << (64 - bits));
+}
+
+/* fd_v6_probe looks (mh, ml, len) up in this half's hash table and returns
+ * flags << 32 | val, or 0 if absent. Linear probing; user space keeps
+ * every key within FD_V6_PROBES of its home slot. */
+__noinline __u64 fd_v6_probe(const struct fd_conf *c, __u64 mh, __u64 ml, __u32 len)
+{
+	__u32 idx, base, mask;
+	int j;
+
+	if (!c)
+		return 0;
+	base = c->v6_base;
+	mask = c->v6_mask;
+	idx = fd_v6_hash(mh, ml, len, c->v6_seed) >> (c->v6_shift & 63);
+	for (j = 0; j < FD_V6_PROBES; j++) {
+		__u32 k = base + ((idx + j) & mask);
+		struct fd_v6_ent *e = bpf_map_lookup_elem(&fd_v6_tab, &k);
+
+		if (!e || !(e->flags & FD_V6_USED))
+			return 0;
+		if (e->hi == mh && e->lo == ml && e->len == len)
+			return (__u64)e->flags << 32 | e->val;
+	}
+	return 0;
+}
+
+/* fd_v6_lookup: binary search on the distinct prefix lengths. A hit (a
+ * prefix, or a marker left by a longer prefix) sends the search to longer
+ * lengths and remembers the best prefix rule known there; a miss sends it
+ * to shorter ones. */
+__noinline __u32 fd_v6_lookup(const struct fd_conf *c, __u64 hi, __u64 lo)
+{
+	__u32 best, node = 1;
+	int d;
+
+	if (!c)
+		return 0;
+	best = c->v6_default;
+	for (d = 0; d < FD_V6_DEPTH; d++) {
+		__u32 len = c->v6_tree[node & 255];
+		__u64 mh, ml, r;
+
+		if (!len)
+			break;
+		if (len <= 64) {
+			mh = hi & fd_mask64(len);
+			ml = 0;
+		} else {
+			mh = hi;
+			ml = lo & fd_mask64(len - 64);
+		}
+		r = fd_v6_probe(c, mh, ml, len);
+		if (r) {
+			if ((__u32)r)
+				best = (__u32)r;
+			if (!((r >> 32) & FD_V6_MARKER))
+				break;
+			node = node * 2 + 1;
+		} else {
+			node = node * 2;
+		}
+		if (node > 255)
+			break;
+	}
+	return best;
+}
+
+/* ---- the whole evaluation ---- */
+
+/* fd_parse fills p (zeroed by the caller); returns -1 for a malformed
+ * frame. Global, so the verifier checks the parser's many paths once and
+ * not again for each way into the rest of the program. */
+__noinline int fd_parse(struct xdp_md *ctx, struct fd_pkt *p)
+{
+	void *data, *data_end;
+	struct hdr_cursor nh;
+	int et, proto;
+
+	if (!ctx || !p)
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	nh.pos = data;
+
+	et = parse_ethhdr(&nh, data_end);
+	if (et < 0)
+		return -1;
+	p->ethertype = et;
+
+	if (et == ETH_P_IP) {
+		struct iphdr *iph;
+
+		proto = parse_iphdr(&nh, data_end, &iph);
+		if (proto < 0)
+			return -1;
+		p->family = 4;
+		p->proto = proto;
+		p->src4 = bpf_ntohl(iph->saddr);
+		p->dst4 = bpf_ntohl(iph->daddr);
+		p->nonfirst = (bpf_ntohs(iph->frag_off) & 0x1fff) != 0;
+	} else if (et == ETH_P_IPV6) {
+		struct ipv6hdr *ip6h;
+
+		proto = parse_ip6hdr(&nh, data_end, &ip6h);
+		if (proto < 0)
+			return -1;
+		__builtin_memcpy(p->src6, &ip6h->saddr, 16);
+		__builtin_memcpy(p->dst6, &ip6h->daddr, 16);
+		proto = skip_ip6hdrext(&nh, data_end, proto, &p->nonfirst);
+		if (proto < 0)
+			return -1;
+		p->family = 6;
+		p->proto = proto;
+	} else {
+		return 0;
+	}
+
+	if (!p->nonfirst && (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP)) {
+		__u16 *ports = nh.pos;
+		__u32 need = p->proto == IPPROTO_TCP ? 20 : 8;
+
+		if (nh.pos + need > data_end)
+			return -1;
+		if ((void *)(ports + 2) > data_end)
+			return -1;
+		p->sport = bpf_ntohs(ports[0]);
+		p->dport = bpf_ntohs(ports[1]);
+		p->has_ports = 1;
+	}
+	return 0;
+}
+
+/* fd_match evaluates one frame against the half of the rule set that c
+ * belongs to. */
+static __always_inline struct fd_result fd_match(const struct fd_conf *c, struct xdp_md *ctx)
+{
+	struct fd_result r = {};
+	struct fd_pkt p = {};
+	int i;
+
+	if (fd_parse(ctx, &p) < 0) {
+		r.class = FD_CLASS_MALFORMED;
+		r.val = (c->malformed << FD_VAL_ACT_SHIFT) | FD_SLOT_MALFORMED;
+		return r;
+	}
+
+	if (c->ncompound) {
+		i = fd_compound(c, &p);
+		/* The verifier knows nothing of a global function's result;
+		 * keep clang from dropping the mask below because it does. */
+		asm volatile("" : "+r"(i));
+		if (i >= 0) {
+			r.class = FD_CLASS_COMPOUND;
+			r.index = i & (FD_MAX_COMPOUND - 1);
+			r.val = c->crule[r.index];
+			return r;
+		}
+	}
+
+	if (p.family == 4 && c->v4_count)
+		r.val = fd_v4_lookup(c, p.src4);
+	else if (p.family == 6 && c->v6_count)
+		r.val = fd_v6_lookup(c, p.src6[0], p.src6[1]);
+	if (r.val) {
+		r.class = FD_CLASS_PREFIX;
+		return r;
+	}
+
+	r.class = FD_CLASS_DEFAULT;
+	r.val = (c->policy << FD_VAL_ACT_SHIFT) | FD_SLOT_DEFAULT;
+	return r;
+}
+
+static __always_inline __u32 fd_val_action(__u32 val)
+{
+	return (val >> FD_VAL_ACT_SHIFT) & 3;
+}
+
+static __always_inline __u32 fd_val_slot(__u32 val)
+{
+	return val & FD_VAL_SLOT_MASK;
+}
+
+/* fd_count adds the frame to counter slot of this CPU. */
+static __always_inline void fd_count(__u32 cpu_base, __u32 slot, __u64 bytes)
+{
+	__u32 k = cpu_base + slot;
+	struct counter *c = bpf_map_lookup_elem(&fd_counters, &k);
+
+	if (c)
+		count(c, bytes);
+}
+
+#endif /* XDPDROP_FASTDROP_H */

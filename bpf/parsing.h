@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Frame parsers in the style of xdp-tools' parsing_helpers.h: a header
+ * cursor, one __always_inline function per header, each returning the next
+ * protocol or -1 for a malformed frame, with every bounds check written the
+ * way the verifier follows it (pointer + size compared against data_end).
+ *
+ * The semantics are the contract of docs/RULES.md ("Parsing of frames"),
+ * which the Go model (fastdrop/model.go) implements independently: "present"
+ * always means present before data_end, never within the IP total length. */
+#ifndef XDPDROP_PARSING_H
+#define XDPDROP_PARSING_H
+
+#include <linux/types.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/in.h>
+#include <bpf/bpf_endian.h>
+
+#ifndef ETH_P_8021AD
+#define ETH_P_8021AD 0x88A8
+#endif
+
+/* Limits of the parser; the Go model has the same (MaxVLANTags,
+ * MaxIPv6ExtHeaders). A frame beyond them is malformed. */
+#define PARSE_MAX_VLAN 2
+#define PARSE_MAX_IPV6_EXT 4
+
+struct hdr_cursor {
+	void *pos;
+};
+
+struct vlan_hdr {
+	__be16 tci;
+	__be16 encap_proto;
+};
+
+/* IPv6 fragment header (RFC 8200 4.5). */
+struct ipv6_frag_hdr {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off; /* offset in 8-byte units << 3 | flags */
+	__be32 identification;
+};
+
+static __always_inline int proto_is_vlan(__u16 h_proto)
+{
+	return h_proto == bpf_htons(ETH_P_8021Q) || h_proto == bpf_htons(ETH_P_8021AD);
+}
+
+/* parse_ethhdr skips the Ethernet header and up to PARSE_MAX_VLAN tags
+ * (802.1Q or 802.1ad, any order) and returns the EtherType after them in
+ * host order. A third tag, or a header cut short, is malformed (-1). */
+static __always_inline int parse_ethhdr(struct hdr_cursor *nh, void *data_end)
+{
+	struct ethhdr *eth = nh->pos;
+	struct vlan_hdr *vlh;
+	__u16 h_proto;
+	int i;
+
+	if ((void *)(eth + 1) > data_end)
+		return -1;
+	nh->pos = eth + 1;
+	h_proto = eth->h_proto;
+
+#pragma unroll
+	for (i = 0; i < PARSE_MAX_VLAN; i++) {
+		if (!proto_is_vlan(h_proto))
+			break;
+		vlh = nh->pos;
+		if ((void *)(vlh + 1) > data_end)
+			return -1;
+		h_proto = vlh->encap_proto;
+		nh->pos = vlh + 1;
+	}
+	if (proto_is_vlan(h_proto))
+		return -1;
+	return bpf_ntohs(h_proto);
+}
+
+/* parse_iphdr checks an IPv4 header (version, IHL >= 5, the whole header
+ * present, IHL*4 <= total length <= bytes to the end of the frame), leaves
+ * the cursor after the options and returns the protocol, or -1. */
+static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
+				       struct iphdr **iphdr)
+{
+	struct iphdr *iph = nh->pos;
+	__u32 hdrsize, tot;
+
+	if ((void *)(iph + 1) > data_end)
+		return -1;
+	if (iph->version != 4)
+		return -1;
+	hdrsize = iph->ihl * 4;
+	if (hdrsize < sizeof(*iph))
+		return -1;
+	if (nh->pos + hdrsize > data_end)
+		return -1;
+	tot = bpf_ntohs(iph->tot_len);
+	if (tot < hdrsize)
+		return -1;
+	if (nh->pos + tot > data_end)
+		return -1;
+	nh->pos += hdrsize;
+	*iphdr = iph;
+	return iph->protocol;
+}
+
+/* parse_ip6hdr checks the fixed IPv6 header (version, 40 + payload length
+ * <= bytes to the end of the frame) and returns the next header, or -1. */
+static __always_inline int parse_ip6hdr(struct hdr_cursor *nh, void *data_end,
+					struct ipv6hdr **ip6hdr)
+{
+	struct ipv6hdr *ip6h = nh->pos;
+
+	if ((void *)(ip6h + 1) > data_end)
+		return -1;
+	if (ip6h->version != 6)
+		return -1;
+	if ((void *)(ip6h + 1) + bpf_ntohs(ip6h->payload_len) > data_end)
+		return -1;
+	nh->pos = ip6h + 1;
+	*ip6hdr = ip6h;
+	return ip6h->nexthdr;
+}
+
+static __always_inline int ipv6_is_ext(__u8 nh)
+{
+	switch (nh) {
+	case IPPROTO_HOPOPTS:
+	case IPPROTO_ROUTING:
+	case IPPROTO_FRAGMENT:
+	case IPPROTO_AH:
+	case IPPROTO_DSTOPTS:
+		return 1;
+	}
+	return 0;
+}
+
+/* skip_ip6hdrext follows at most PARSE_MAX_IPV6_EXT extension headers
+ * (hop-by-hop, routing, destination options, fragment, AH), each of which
+ * must be present in full, and returns the first next-header value that is
+ * not one of them; a fifth extension header is malformed (-1). What follows
+ * a fragment header with a non-zero offset is fragment data, not headers:
+ * the walk stops there, sets *nonfirst and returns that header's next
+ * header. */
+static __always_inline int skip_ip6hdrext(struct hdr_cursor *nh, void *data_end,
+					  __u8 next_hdr, __u8 *nonfirst)
+{
+	int i;
+
+#pragma unroll
+	for (i = 0; i <= PARSE_MAX_IPV6_EXT; i++) {
+		__u8 *hdr = nh->pos;
+		__u32 len;
+
+		if (!ipv6_is_ext(next_hdr))
+			return next_hdr;
+		if (i == PARSE_MAX_IPV6_EXT)
+			return -1;
+
+		if (next_hdr == IPPROTO_FRAGMENT) {
+			struct ipv6_frag_hdr *fh = nh->pos;
+
+			if ((void *)(fh + 1) > data_end)
+				return -1;
+			nh->pos = fh + 1;
+			next_hdr = fh->nexthdr;
+			if (bpf_ntohs(fh->frag_off) >> 3) {
+				*nonfirst = 1;
+				return next_hdr;
+			}
+			continue;
+		}
+		if ((void *)(hdr + 2) > data_end)
+			return -1;
+		if (next_hdr == IPPROTO_AH)
+			len = ((__u32)hdr[1] + 2) * 4;
+		else
+			len = ((__u32)hdr[1] + 1) * 8;
+		if (nh->pos + len > data_end)
+			return -1;
+		next_hdr = hdr[0];
+		nh->pos += len;
+	}
+	return -1;
+}
+
+#endif /* XDPDROP_PARSING_H */

@@ -1,0 +1,453 @@
+package fastdrop
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	"github.com/xdpdrop/xdpdrop/gen"
+)
+
+// Layout constants of bpf/fastdrop.h, under short names.
+const (
+	maxCompound  = int(gen.FastdropFdLayoutFD_MAX_COMPOUND)
+	numKinds     = int(gen.FastdropFdLayoutFD_KINDS)
+	valActShift  = uint32(gen.FastdropFdLayoutFD_VAL_ACT_SHIFT)
+	valSlotMask  = uint32(gen.FastdropFdLayoutFD_VAL_SLOT_MASK)
+	slotMalform  = uint32(gen.FastdropFdLayoutFD_SLOT_MALFORMED)
+	slotDefault  = uint32(gen.FastdropFdLayoutFD_SLOT_DEFAULT)
+	slotVerdict  = uint32(gen.FastdropFdLayoutFD_SLOT_VERDICT)
+	firstRule    = uint32(gen.FastdropFdLayoutFD_SLOT_RULES)
+	tabHalf      = int(gen.FastdropFdLayoutFD_TAB_HALF)
+	tabPool      = int(gen.FastdropFdLayoutFD_TAB_POOL)
+	tabChunks    = int(gen.FastdropFdLayoutFD_TAB_CHUNKS)
+	tabExt       = uint16(gen.FastdropFdLayoutFD_TAB_EXT)
+	bmField      = int(gen.FastdropFdLayoutFD_BM_FIELD)
+	bmHalf       = int(gen.FastdropFdLayoutFD_BM_HALF)
+	v6Probes     = int(gen.FastdropFdLayoutFD_V6PROBES)
+	v4Ext        = uint32(0x80000000)
+	recSize      = 64
+	v6EntSize    = 32
+	counterSize  = 16
+	tbl24Entries = 1 << 24
+)
+
+// Offsets of each field's direct table in the u16 class tables.
+var fieldTab = [8]int{
+	gen.FastdropFdFieldFD_FLD_ETHER: int(gen.FastdropFdLayoutFD_TAB_ETHER),
+	gen.FastdropFdFieldFD_FLD_PROTO: int(gen.FastdropFdLayoutFD_TAB_PROTO),
+	gen.FastdropFdFieldFD_FLD_SPORT: int(gen.FastdropFdLayoutFD_TAB_SPORT),
+	gen.FastdropFdFieldFD_FLD_DPORT: int(gen.FastdropFdLayoutFD_TAB_DPORT),
+	gen.FastdropFdFieldFD_FLD_SRC4:  int(gen.FastdropFdLayoutFD_TAB_SRC4),
+	gen.FastdropFdFieldFD_FLD_DST4:  int(gen.FastdropFdLayoutFD_TAB_DST4),
+	gen.FastdropFdFieldFD_FLD_SRC6:  int(gen.FastdropFdLayoutFD_TAB_SRC6),
+	gen.FastdropFdFieldFD_FLD_DST6:  int(gen.FastdropFdLayoutFD_TAB_DST6),
+}
+
+const (
+	fldEther = int(gen.FastdropFdFieldFD_FLD_ETHER)
+	fldProto = int(gen.FastdropFdFieldFD_FLD_PROTO)
+	fldSport = int(gen.FastdropFdFieldFD_FLD_SPORT)
+	fldDport = int(gen.FastdropFdFieldFD_FLD_DPORT)
+	fldSrc4  = int(gen.FastdropFdFieldFD_FLD_SRC4)
+	fldDst4  = int(gen.FastdropFdFieldFD_FLD_DST4)
+	fldSrc6  = int(gen.FastdropFdFieldFD_FLD_SRC6)
+	fldDst6  = int(gen.FastdropFdFieldFD_FLD_DST6)
+	numField = int(gen.FastdropFdFieldFD_FLD_MAX)
+)
+
+// mkVal is what the program gets from a table: action and counter slot.
+func mkVal(a Action, slot uint32) uint32 { return uint32(a)<<valActShift | slot }
+
+func valSlot(v uint32) uint32   { return v & valSlotMask }
+func valAction(v uint32) Action { return Action(v >> valActShift & 3) }
+
+// ruleKey identifies a rule across rule-set changes, so that its counter
+// slot (and so its counters) survive changes to other rules. Prefix rules
+// are keyed by action and prefix, compound rules by their canonical text
+// and which occurrence of that text they are.
+type ruleKey struct {
+	prefix netip.Prefix
+	action Action
+	text   string
+}
+
+// keysOf returns the key of every rule of rules.
+func keysOf(rules []Rule) []ruleKey {
+	keys := make([]ruleKey, len(rules))
+	var seen map[string]int
+	for i, r := range rules {
+		if r.IsPrefixOnly() {
+			keys[i] = ruleKey{prefix: r.Src, action: r.Action}
+			continue
+		}
+		if seen == nil {
+			seen = make(map[string]int)
+		}
+		s := r.String()
+		seen[s]++
+		keys[i] = ruleKey{text: s + "#" + strconv.Itoa(seen[s])}
+	}
+	return keys
+}
+
+// ---- rule records (struct fd_rule_rec) ----
+
+const (
+	recFlagSrc   = uint8(gen.FastdropFdRecFlagsFD_REC_SRC)
+	recFlagDst   = uint8(gen.FastdropFdRecFlagsFD_REC_DST)
+	recFlagProto = uint8(gen.FastdropFdRecFlagsFD_REC_PROTO)
+	recFlagSport = uint8(gen.FastdropFdRecFlagsFD_REC_SPORT)
+	recFlagDport = uint8(gen.FastdropFdRecFlagsFD_REC_DPORT)
+	recFlagFrag  = uint8(gen.FastdropFdRecFlagsFD_REC_FRAG)
+)
+
+// Byte offsets in struct fd_rule_rec; TestRecordLayout checks them against
+// the generated type.
+const (
+	recAction = 0
+	recFlags  = 1
+	recProto  = 2
+	recSrcLen = 3
+	recDstLen = 4
+	recFamily = 5
+	recHalves = 6
+	recEther  = 8
+	recSport  = 10
+	recDport  = 14
+	recLine   = 20
+	recOrder  = 24
+	recSrc    = 28
+	recDst    = 44
+)
+
+// encodeRecord writes r into b (recSize bytes).
+func encodeRecord(b []byte, r *Rule, order uint32, halves uint8) {
+	clear(b[:recSize])
+	le := binary.LittleEndian
+	b[recAction] = uint8(r.Action)
+	var flags uint8
+	if r.Src.IsValid() {
+		flags |= recFlagSrc
+		b[recSrcLen] = uint8(r.Src.Bits())
+		a := r.Src.Addr().As16()
+		if r.Src.Addr().Is4() {
+			b[recFamily] = 4
+			a4 := r.Src.Addr().As4()
+			copy(b[recSrc:], a4[:])
+		} else {
+			b[recFamily] = 6
+			copy(b[recSrc:], a[:])
+		}
+	}
+	if r.Dst.IsValid() {
+		flags |= recFlagDst
+		b[recDstLen] = uint8(r.Dst.Bits())
+		if r.Dst.Addr().Is4() {
+			b[recFamily] = 4
+			a4 := r.Dst.Addr().As4()
+			copy(b[recDst:], a4[:])
+		} else {
+			b[recFamily] = 6
+			a := r.Dst.Addr().As16()
+			copy(b[recDst:], a[:])
+		}
+	}
+	if r.HasProto {
+		flags |= recFlagProto
+		b[recProto] = r.Proto
+	}
+	if r.SrcPort != nil {
+		flags |= recFlagSport
+		le.PutUint16(b[recSport:], r.SrcPort.Lo)
+		le.PutUint16(b[recSport+2:], r.SrcPort.Hi)
+	}
+	if r.DstPort != nil {
+		flags |= recFlagDport
+		le.PutUint16(b[recDport:], r.DstPort.Lo)
+		le.PutUint16(b[recDport+2:], r.DstPort.Hi)
+	}
+	if r.Fragment {
+		flags |= recFlagFrag
+	}
+	b[recFlags] = flags
+	b[recHalves] = halves
+	le.PutUint16(b[recEther:], r.EtherType)
+	le.PutUint32(b[recLine:], uint32(max(r.Line, 0)))
+	le.PutUint32(b[recOrder:], order)
+}
+
+// decodeRecord reads a record; ok is false for a free slot.
+func decodeRecord(b []byte) (r Rule, order uint32, halves uint8, ok bool) {
+	if b[recAction] == 0 {
+		return r, 0, 0, false
+	}
+	le := binary.LittleEndian
+	r.Action = Action(b[recAction])
+	flags := b[recFlags]
+	prefix := func(off int, bits uint8) netip.Prefix {
+		var a netip.Addr
+		if b[recFamily] == 4 {
+			a = netip.AddrFrom4([4]byte(b[off : off+4]))
+		} else {
+			a = netip.AddrFrom16([16]byte(b[off : off+16]))
+		}
+		return netip.PrefixFrom(a, int(bits))
+	}
+	if flags&recFlagSrc != 0 {
+		r.Src = prefix(recSrc, b[recSrcLen])
+	}
+	if flags&recFlagDst != 0 {
+		r.Dst = prefix(recDst, b[recDstLen])
+	}
+	if flags&recFlagProto != 0 {
+		r.HasProto = true
+		r.Proto = b[recProto]
+	}
+	if flags&recFlagSport != 0 {
+		r.SrcPort = &PortRange{Lo: le.Uint16(b[recSport:]), Hi: le.Uint16(b[recSport+2:])}
+	}
+	if flags&recFlagDport != 0 {
+		r.DstPort = &PortRange{Lo: le.Uint16(b[recDport:]), Hi: le.Uint16(b[recDport+2:])}
+	}
+	r.Fragment = flags&recFlagFrag != 0
+	r.EtherType = le.Uint16(b[recEther:])
+	r.Line = int(le.Uint32(b[recLine:]))
+	return r, le.Uint32(b[recOrder:]), b[recHalves], true
+}
+
+// ---- compound rules: the bit-vector classifier ----
+
+// bitmap is struct fd_bm: bit i stands for compound rule i.
+type bitmap [4]uint64
+
+func (b *bitmap) set(i int) { b[i/64] |= 1 << (i % 64) }
+
+// classifier is the compiled form of the compound rules: what goes into a
+// half's share of fd_cls_tab and fd_cls_bm, and its fd_conf fields.
+type classifier struct {
+	fields uint32
+	kind   [numKinds]bitmap
+	tab    []uint16 // tabHalf entries
+	bm     []bitmap // bmHalf entries
+	chunks int      // trie chunks used in the pool
+	used   [numField]int
+}
+
+// compileCompound builds the classifier for rules (the compound rules in
+// order, at most maxCompound).
+func compileCompound(rules []*Rule) (*classifier, error) {
+	if len(rules) > maxCompound {
+		return nil, fmt.Errorf("%d compound rules: %w (at most %d)", len(rules), ErrTooManyRules, maxCompound)
+	}
+	c := &classifier{tab: make([]uint16, tabHalf), bm: make([]bitmap, bmHalf)}
+	if len(rules) == 0 {
+		return c, nil
+	}
+	for k := range numKinds {
+		fam, nonfirst, ports := [3]int{0, 4, 6}[k/4], k&2 != 0, k&1 != 0
+		for i, r := range rules {
+			if kindAllows(r, fam, nonfirst, ports) {
+				c.kind[k].set(i)
+			}
+		}
+	}
+	c.exact(fldEther, rules, 65536, func(r *Rule) (int, bool) { return int(r.EtherType), r.EtherType != 0 })
+	c.exact(fldProto, rules, 256, func(r *Rule) (int, bool) { return int(r.Proto), r.HasProto })
+	c.ports(fldSport, rules, func(r *Rule) *PortRange { return r.SrcPort })
+	c.ports(fldDport, rules, func(r *Rule) *PortRange { return r.DstPort })
+	for _, f := range []struct {
+		fld int
+		v4  bool
+		get func(*Rule) netip.Prefix
+	}{
+		{fldSrc4, true, func(r *Rule) netip.Prefix { return r.Src }},
+		{fldDst4, true, func(r *Rule) netip.Prefix { return r.Dst }},
+		{fldSrc6, false, func(r *Rule) netip.Prefix { return r.Src }},
+		{fldDst6, false, func(r *Rule) netip.Prefix { return r.Dst }},
+	} {
+		if err := c.prefixes(f.fld, rules, f.v4, f.get); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// kindAllows reports whether r can match a frame of family fam (0 = not
+// IP), that is (or is not) a non-first fragment and has (or has no) ports,
+// leaving aside the fields that have tables.
+func kindAllows(r *Rule, fam int, nonfirst, ports bool) bool {
+	if fam == 0 && r.needsIP() {
+		return false
+	}
+	for _, p := range []netip.Prefix{r.Src, r.Dst} {
+		if p.IsValid() && (p.Addr().Is4() && fam != 4 || !p.Addr().Is4() && fam != 6) {
+			return false
+		}
+	}
+	if r.Fragment && !nonfirst {
+		return false
+	}
+	if (r.SrcPort != nil || r.DstPort != nil) && !ports {
+		return false
+	}
+	return true
+}
+
+// exact compiles a field matched for equality (ether, proto): class 0 is
+// every value no rule names, class k the k-th distinct value.
+func (c *classifier) exact(fld int, rules []*Rule, size int, get func(*Rule) (int, bool)) {
+	var values []int
+	for _, r := range rules {
+		if v, ok := get(r); ok && !slices.Contains(values, v) {
+			values = append(values, v)
+		}
+	}
+	if len(values) == 0 {
+		return
+	}
+	c.fields |= 1 << fld
+	c.used[fld] = len(values) + 1
+	bm := c.bm[fld*bmField:]
+	for i, r := range rules {
+		v, ok := get(r)
+		for k := range len(values) + 1 {
+			if !ok || k > 0 && values[k-1] == v {
+				bm[k].set(i)
+			}
+		}
+	}
+	tab := c.tab[fieldTab[fld] : fieldTab[fld]+size]
+	for k, v := range values {
+		tab[v] = uint16(k + 1)
+	}
+}
+
+// ports compiles a port field: the ports split into intervals at every
+// range's ends; class k is the k-th interval.
+func (c *classifier) ports(fld int, rules []*Rule, get func(*Rule) *PortRange) {
+	cuts := []int{0}
+	for _, r := range rules {
+		if p := get(r); p != nil {
+			cuts = append(cuts, int(p.Lo), int(p.Hi)+1)
+		}
+	}
+	if len(cuts) == 1 {
+		return
+	}
+	slices.Sort(cuts)
+	cuts = slices.Compact(cuts)
+	if cuts[len(cuts)-1] == 65536 {
+		cuts = cuts[:len(cuts)-1]
+	}
+	c.fields |= 1 << fld
+	c.used[fld] = len(cuts)
+	bm := c.bm[fld*bmField:]
+	tab := c.tab[fieldTab[fld] : fieldTab[fld]+65536]
+	for k, lo := range cuts {
+		hi := 65536
+		if k+1 < len(cuts) {
+			hi = cuts[k+1]
+		}
+		for p := lo; p < hi; p++ {
+			tab[p] = uint16(k)
+		}
+		for i, r := range rules {
+			if p := get(r); p == nil || p.Contains(uint16(lo)) {
+				bm[k].set(i)
+			}
+		}
+	}
+}
+
+// prefixes compiles an address field into a multibit trie (16 bits, then 8
+// per level) whose leaves are classes: class 0 is "no rule's prefix", class
+// k the k-th distinct prefix by length, and a leaf holds the class of the
+// longest prefix containing it. A class's bitmap has the rules whose prefix
+// contains that class's prefix, and the rules without one.
+func (c *classifier) prefixes(fld int, rules []*Rule, v4 bool, get func(*Rule) netip.Prefix) error {
+	var ps []netip.Prefix
+	for _, r := range rules {
+		if p := get(r); p.IsValid() && p.Addr().Is4() == v4 && !slices.Contains(ps, p) {
+			ps = append(ps, p)
+		}
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(ps, func(a, b netip.Prefix) int { return cmp.Compare(a.Bits(), b.Bits()) })
+	c.fields |= 1 << fld
+	c.used[fld] = len(ps) + 1
+	bm := c.bm[fld*bmField:]
+	for i, r := range rules {
+		p := get(r)
+		if !p.IsValid() {
+			for k := range len(ps) + 1 {
+				bm[k].set(i)
+			}
+			continue
+		}
+		if p.Addr().Is4() != v4 {
+			continue
+		}
+		for k, q := range ps {
+			if p.Bits() <= q.Bits() && p.Contains(q.Addr()) {
+				bm[k+1].set(i)
+			}
+		}
+	}
+	l1 := fieldTab[fld]
+	for k, p := range ps {
+		if err := c.trieInsert(l1, p, uint16(k+1)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// trieInsert sets the leaves covered by p to class. Prefixes must come
+// shortest first, so that a longer one overwrites a shorter one and a new
+// chunk starts out as the leaf it replaces.
+func (c *classifier) trieInsert(l1 int, p netip.Prefix, class uint16) error {
+	a := p.Addr().AsSlice()
+	bits := p.Bits()
+	first := int(a[0])<<8 | int(a[1])
+	if bits <= 16 {
+		n := 1 << (16 - bits)
+		start := first &^ (n - 1)
+		for i := start; i < start+n; i++ {
+			c.tab[l1+i] = class
+		}
+		return nil
+	}
+	slot := l1 + first // index in c.tab of the entry to descend through
+	for b := 2; ; b++ {
+		e := c.tab[slot]
+		if e&tabExt == 0 {
+			if c.chunks == tabChunks {
+				return fmt.Errorf("compound rules: address tries need more than %d chunks: %w", tabChunks, ErrCapacity)
+			}
+			chunk := c.chunks
+			c.chunks++
+			base := tabPool + chunk*256
+			for i := range 256 {
+				c.tab[base+i] = e
+			}
+			c.tab[slot] = tabExt | uint16(chunk)
+			e = c.tab[slot]
+		}
+		base := tabPool + int(e&^tabExt)*256
+		if bits <= 8*(b+1) { // p ends in byte b: a range of this chunk
+			n := 1 << (8*(b+1) - bits)
+			start := int(a[b]) &^ (n - 1)
+			for i := start; i < start+n; i++ {
+				c.tab[base+i] = class
+			}
+			return nil
+		}
+		slot = base + int(a[b])
+	}
+}

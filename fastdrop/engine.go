@@ -1,0 +1,939 @@
+package fastdrop
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/xdpdrop/xdpdrop/gen"
+)
+
+// Sentinel errors of the engine.
+var (
+	// ErrCapacity: a table the program was loaded with is full. The
+	// error says which Options field to raise.
+	ErrCapacity = errors.New("capacity exceeded")
+	// ErrRuleNotFound: Delete or Replace named a rule the set does not hold.
+	ErrRuleNotFound = errors.New("rule not found")
+	// ErrUnsupportedAction: the drop program only drops and passes.
+	ErrUnsupportedAction = errors.New("action not supported by the drop program")
+)
+
+// Options size the engine's tables, which are fixed when the program is
+// loaded. The zero value suits rule sets of up to 65,536 rules; use
+// CapacityFor to size the tables for a rule set, with room to grow.
+//
+// Kernel memory, with n possible CPUs (both halves of every table):
+//   - IPv4 prefixes: 128 MiB, fixed (DIR-24-8's tbl24, 64 MiB per half),
+//     plus 2 KiB per IPv4Blocks;
+//   - IPv6 prefixes: 64 bytes per IPv6Entries;
+//   - rules: (64 + 16n) bytes per MaxRules;
+//   - compound rules: 10.5 MiB, fixed.
+type Options struct {
+	// MaxRules is how many rules (prefix and compound) the engine can hold.
+	// Default 65,536.
+	MaxRules int
+	// IPv4Blocks is how many /24 blocks may hold IPv4 prefixes longer
+	// than /24 (each needs a 256-entry tbl8 group). A blocklist of n
+	// random /32s needs about n. Default 4,096.
+	IPv4Blocks int
+	// IPv6Entries is the size of the IPv6 prefix hash table per half,
+	// rounded up to a power of two. IPv6 prefixes and their markers (about
+	// one per prefix) may fill half of it. Default 131,072.
+	IPv6Entries int
+
+	// trace makes the program prepend a struct fd_trace_rec to each frame
+	// (test runs only).
+	trace bool
+}
+
+// CapacityFor returns Options that hold rs and grow times as many rules of
+// each kind again (grow >= 1; 2 doubles).
+func CapacityFor(rs *RuleSet, grow float64) Options {
+	grow = max(grow, 1)
+	var n, v6 int
+	blocks := make(map[uint32]struct{})
+	for _, r := range rs.Rules {
+		n++
+		if !r.IsPrefixOnly() {
+			continue
+		}
+		if r.Src.Addr().Is4() {
+			if r.Src.Bits() > 24 {
+				p := v4PrefixOf(r.Src, 0)
+				blocks[p.addr>>8] = struct{}{}
+			}
+		} else {
+			v6++
+		}
+	}
+	o := Options{
+		MaxRules:    int(float64(n)*grow) + 1024,
+		IPv4Blocks:  int(float64(len(blocks))*grow) + 256,
+		IPv6Entries: int(float64(4*v6)*grow) + 1024,
+	}
+	return o.withDefaults()
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxRules <= 0 {
+		o.MaxRules = 1 << 16
+	}
+	if o.IPv4Blocks <= 0 {
+		o.IPv4Blocks = 4096
+	}
+	if o.IPv6Entries <= 0 {
+		o.IPv6Entries = 1 << 17
+	}
+	e := 1024
+	for e < o.IPv6Entries {
+		e *= 2
+	}
+	o.IPv6Entries = e
+	return o
+}
+
+// The maps a later process needs, by the names they are pinned under.
+var mapNames = []string{
+	gen.FastdropMapFdActive, gen.FastdropMapFdConfs, gen.FastdropMapFdV4Tbl24,
+	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV6Tab, gen.FastdropMapFdClsTab,
+	gen.FastdropMapFdClsBm, gen.FastdropMapFdCounters, gen.FastdropMapFdRules,
+}
+
+// Engine owns the drop program and its maps: it compiles rule sets into
+// the maps and reads the counters back. Its methods are safe for
+// concurrent use.
+//
+// Every table exists in two halves. The program reads one index, the
+// active half, once per frame and then only that half. A change is
+// written to the other half, the index is flipped, the engine waits for
+// every program run that may still use the old half to end (an RCU grace
+// period), and then writes the same change to the old half, so both halves
+// are equal again. A frame is thus judged by the old rule set or the new
+// one, never by parts of both.
+type Engine struct {
+	mu sync.Mutex
+
+	prog *ebpf.Program
+	maps map[string]*ebpf.Map
+	mem  struct {
+		tbl24, tbl8, v6, clsTab, clsBm, counters, rules *ebpf.Memory
+	}
+	syncOuter, syncInner *ebpf.Map
+	lockDir              *os.File
+
+	ncpu, nslots, groups, v6cap int
+
+	// The rule set in force, with each rule's key and counter slot.
+	rules     []Rule
+	keys      []ruleKey
+	slots     []uint32
+	orderOf   []uint32 // by slot: the order its record holds
+	policy    Action
+	malformed Action
+	slotOf    map[ruleKey]uint32
+	free      []uint32 // free slots below nextSlot
+	nextSlot  uint32
+
+	v4      *v4Table
+	v6      *v6Table
+	v6dirty bool // v6 was rebuilt: write it whole
+	cls     *classifier
+
+	active     uint32
+	generation uint64
+	// fullWrite: the halves may differ from the mirrors (after Open, or
+	// after a failed change): the next commit writes every table whole.
+	fullWrite bool
+}
+
+// New loads the drop program and creates its maps, with an empty rule set
+// (policy pass). It does not attach the program.
+func New(opts Options) (*Engine, error) {
+	opts = opts.withDefaults()
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("fastdrop: count possible CPUs: %w", err)
+	}
+	spec, err := gen.LoadFastdrop()
+	if err != nil {
+		return nil, fmt.Errorf("fastdrop: %w", err)
+	}
+	// The LPM-trie baseline is for benchmarks only.
+	delete(spec.Programs, gen.FastdropProgXdpLpmBaseline)
+	for _, m := range []string{gen.FastdropMapFdLpm4, gen.FastdropMapFdLpm6, gen.FastdropMapFdLpmVerdicts} {
+		delete(spec.Maps, m)
+	}
+	nslots := opts.MaxRules + int(firstRule)
+	if uint64(nslots) > uint64(valSlotMask) {
+		return nil, fmt.Errorf("fastdrop: MaxRules %d: at most %d", opts.MaxRules, valSlotMask-firstRule)
+	}
+	spec.Maps[gen.FastdropMapFdV4Tbl8].MaxEntries = uint32(2 * opts.IPv4Blocks * 16)
+	spec.Maps[gen.FastdropMapFdV6Tab].MaxEntries = uint32(2 * opts.IPv6Entries)
+	spec.Maps[gen.FastdropMapFdCounters].MaxEntries = uint32(ncpu * nslots)
+	spec.Maps[gen.FastdropMapFdRules].MaxEntries = uint32(nslots)
+	if err := spec.Variables[gen.FastdropVarFdCounterSlots].Set(uint32(nslots)); err != nil {
+		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdCounterSlots, err)
+	}
+	if opts.trace {
+		if err := spec.Variables[gen.FastdropVarFdTrace].Set(uint8(1)); err != nil {
+			return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdTrace, err)
+		}
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		if errors.Is(err, unix.EPERM) {
+			return nil, fmt.Errorf("fastdrop: load program: %w (needs CAP_BPF and CAP_NET_ADMIN: run as root)", err)
+		}
+		return nil, fmt.Errorf("fastdrop: load program: %w", err)
+	}
+	e := &Engine{prog: coll.Programs[gen.FastdropProgXdpFastdrop], maps: make(map[string]*ebpf.Map)}
+	delete(coll.Programs, gen.FastdropProgXdpFastdrop)
+	for _, name := range mapNames {
+		e.maps[name] = coll.Maps[name]
+		delete(coll.Maps, name)
+	}
+	coll.Close() // what is left: the .rodata map, which the program holds
+	if err := e.setup(); err != nil {
+		return nil, errors.Join(err, e.Close())
+	}
+	// The maps start zeroed, as do the mirrors: only the configurations
+	// and the state need writing.
+	e.resetState()
+	e.generation = 1
+	for h := range uint32(2) {
+		conf := e.confFor(h)
+		if err := e.maps[gen.FastdropMapFdConfs].Put(h, &conf); err != nil {
+			return nil, errors.Join(fmt.Errorf("fastdrop: write configuration: %w", err), e.Close())
+		}
+	}
+	if err := e.writeState(gen.FastdropFdState{InSync: 1, Generation: e.generation}); err != nil {
+		return nil, errors.Join(fmt.Errorf("fastdrop: %w", err), e.Close())
+	}
+	return e, nil
+}
+
+// Open reopens an engine whose maps (see Maps) another process pinned in
+// pinDir, with its rule set and counters, for example to list or change
+// rules from a new process. The program is reopened too if it is pinned
+// there as xdp_fastdrop. Changes made through Open lock pinDir against
+// other processes doing the same.
+func Open(pinDir string) (*Engine, error) {
+	e := &Engine{maps: make(map[string]*ebpf.Map)}
+	for _, name := range mapNames {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), nil)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("fastdrop: open pinned map %s in %s: %w", name, pinDir, err), e.Close())
+		}
+		e.maps[name] = m
+	}
+	if p, err := ebpf.LoadPinnedProgram(filepath.Join(pinDir, gen.FastdropProgXdpFastdrop), nil); err == nil {
+		e.prog = p
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, errors.Join(fmt.Errorf("fastdrop: open pinned program in %s: %w", pinDir, err), e.Close())
+	}
+	d, err := os.Open(pinDir)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("fastdrop: open %s: %w", pinDir, err), e.Close())
+	}
+	e.lockDir = d
+	if err := e.setup(); err != nil {
+		return nil, errors.Join(err, e.Close())
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.loadLocked(); err != nil {
+		return nil, errors.Join(err, e.Close())
+	}
+	return e, nil
+}
+
+// setup derives the sizes from the maps and maps their memory.
+func (e *Engine) setup() error {
+	e.nslots = int(e.maps[gen.FastdropMapFdRules].MaxEntries())
+	e.ncpu = int(e.maps[gen.FastdropMapFdCounters].MaxEntries()) / e.nslots
+	e.groups = int(e.maps[gen.FastdropMapFdV4Tbl8].MaxEntries()) / 32
+	e.v6cap = int(e.maps[gen.FastdropMapFdV6Tab].MaxEntries()) / 2
+	for _, m := range []struct {
+		name string
+		mem  **ebpf.Memory
+	}{
+		{gen.FastdropMapFdV4Tbl24, &e.mem.tbl24},
+		{gen.FastdropMapFdV4Tbl8, &e.mem.tbl8},
+		{gen.FastdropMapFdV6Tab, &e.mem.v6},
+		{gen.FastdropMapFdClsTab, &e.mem.clsTab},
+		{gen.FastdropMapFdClsBm, &e.mem.clsBm},
+		{gen.FastdropMapFdCounters, &e.mem.counters},
+		{gen.FastdropMapFdRules, &e.mem.rules},
+	} {
+		mm, err := e.maps[m.name].Memory()
+		if err != nil {
+			return fmt.Errorf("fastdrop: map %s into memory: %w", m.name, err)
+		}
+		*m.mem = mm
+	}
+	// Updating a map-in-map waits for an RCU grace period (the kernel's
+	// maybe_wait_bpf_programs), that is until every program run that
+	// started before has ended. That is the wait between flipping the
+	// active half and writing the old one.
+	inner := &ebpf.MapSpec{Name: "fd_sync_inner", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}
+	var err error
+	if e.syncInner, err = ebpf.NewMap(inner); err != nil {
+		return fmt.Errorf("fastdrop: create map: %w", err)
+	}
+	if e.syncOuter, err = ebpf.NewMap(&ebpf.MapSpec{Name: "fd_sync", Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: 1, InnerMap: inner}); err != nil {
+		return fmt.Errorf("fastdrop: create map: %w", err)
+	}
+	return nil
+}
+
+func (e *Engine) resetState() {
+	e.rules, e.keys, e.slots = nil, nil, nil
+	e.orderOf = make([]uint32, e.nslots)
+	e.policy, e.malformed = ActionPass, ActionPass
+	e.slotOf = make(map[ruleKey]uint32)
+	e.free = nil
+	e.nextSlot = firstRule
+	e.v4 = newV4Table(e.groups, e.nslots)
+	e.v6 = newV6Table(e.v6cap)
+	e.cls, _ = compileCompound(nil)
+}
+
+// Program returns the drop program, to attach to an interface (nil if
+// Open found none pinned).
+func (e *Engine) Program() *ebpf.Program { return e.prog }
+
+// Maps returns the maps to pin, by name, so that Open can find them.
+func (e *Engine) Maps() map[string]*ebpf.Map {
+	m := make(map[string]*ebpf.Map, len(mapNames))
+	for _, name := range mapNames {
+		m[name] = e.maps[name]
+	}
+	return m
+}
+
+// Close releases the program and maps (the kernel keeps what is pinned or
+// attached).
+func (e *Engine) Close() error {
+	var errs []error
+	if e.prog != nil {
+		errs = append(errs, e.prog.Close())
+	}
+	for _, m := range e.maps {
+		errs = append(errs, m.Close())
+	}
+	for _, m := range []*ebpf.Map{e.syncOuter, e.syncInner} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
+	}
+	if e.lockDir != nil {
+		errs = append(errs, e.lockDir.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// RuleSet returns a copy of the rule set in force.
+func (e *Engine) RuleSet() (*RuleSet, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.refreshLocked(); err != nil {
+		return nil, err
+	}
+	return &RuleSet{Rules: slices.Clone(e.rules), Policy: e.policy, Malformed: e.malformed}, nil
+}
+
+// Apply replaces the whole rule set, atomically: every frame is judged by
+// the old set or by rs. Rules that stay (same text) keep their counters.
+func (e *Engine) Apply(rs *RuleSet) error {
+	return e.change(func() ([]Rule, Action, Action, error) {
+		return rs.Rules, rs.EffectivePolicy(), rs.EffectiveMalformed(), nil
+	})
+}
+
+// Add appends rules to the rule set: compound rules after the existing
+// ones (so they have the lowest priority), prefix rules into the prefix
+// tables. All are added at once, atomically.
+func (e *Engine) Add(rules ...Rule) error {
+	return e.change(func() ([]Rule, Action, Action, error) {
+		return append(slices.Clone(e.rules), rules...), e.policy, e.malformed, nil
+	})
+}
+
+// Delete removes, for each of rules, the first rule of the set with the
+// same text (Line does not matter), at once. It wraps ErrRuleNotFound if
+// one is missing, and then changes nothing.
+func (e *Engine) Delete(rules ...Rule) error {
+	return e.change(func() ([]Rule, Action, Action, error) {
+		next := slices.Clone(e.rules)
+		for _, r := range rules {
+			i := indexOf(next, r)
+			if i < 0 {
+				return nil, 0, 0, fmt.Errorf("%w: %s", ErrRuleNotFound, r)
+			}
+			next = slices.Delete(next, i, i+1)
+		}
+		return next, e.policy, e.malformed, nil
+	})
+}
+
+// Replace puts rule new where the first rule with the text of old is, so
+// a compound rule keeps its priority. The new rule's counters start at
+// zero unless it has the same text.
+func (e *Engine) Replace(old, new Rule) error {
+	return e.change(func() ([]Rule, Action, Action, error) {
+		next := slices.Clone(e.rules)
+		i := indexOf(next, old)
+		if i < 0 {
+			return nil, 0, 0, fmt.Errorf("%w: %s", ErrRuleNotFound, old)
+		}
+		next[i] = new
+		return next, e.policy, e.malformed, nil
+	})
+}
+
+func indexOf(rules []Rule, r Rule) int {
+	if r.IsPrefixOnly() {
+		for i := range rules {
+			if rules[i].IsPrefixOnly() && rules[i].Src == r.Src && rules[i].Action == r.Action {
+				return i
+			}
+		}
+		return -1
+	}
+	s := r.String()
+	for i := range rules {
+		if !rules[i].IsPrefixOnly() && rules[i].String() == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// change runs one update under the locks.
+func (e *Engine) change(next func() ([]Rule, Action, Action, error)) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lockDir != nil {
+		if err := unix.Flock(int(e.lockDir.Fd()), unix.LOCK_EX); err != nil {
+			return fmt.Errorf("fastdrop: lock %s: %w", e.lockDir.Name(), err)
+		}
+		defer unix.Flock(int(e.lockDir.Fd()), unix.LOCK_UN)
+	}
+	if err := e.refreshLocked(); err != nil {
+		return err
+	}
+	rules, policy, malformed, err := next()
+	if err != nil {
+		return fmt.Errorf("fastdrop: %w", err)
+	}
+	rs := RuleSet{Rules: rules, Policy: policy, Malformed: malformed}
+	if err := rs.Validate(); err != nil {
+		return fmt.Errorf("fastdrop: %w", err)
+	}
+	return e.commitLocked(rules, policy, malformed)
+}
+
+// refreshLocked reloads the rule set if another process changed it.
+func (e *Engine) refreshLocked() error {
+	st, err := e.readState()
+	if err != nil {
+		return err
+	}
+	if st.Generation == e.generation && st.Active == e.active {
+		return nil
+	}
+	return e.loadLocked()
+}
+
+func (e *Engine) readState() (gen.FastdropFdState, error) {
+	var st gen.FastdropFdState
+	if err := e.maps[gen.FastdropMapFdActive].Lookup(uint32(0), &st); err != nil {
+		return st, fmt.Errorf("fastdrop: read state: %w", err)
+	}
+	return st, nil
+}
+
+func (e *Engine) writeState(st gen.FastdropFdState) error {
+	if err := e.maps[gen.FastdropMapFdActive].Put(uint32(0), &st); err != nil {
+		return fmt.Errorf("fastdrop: write state: %w", err)
+	}
+	return nil
+}
+
+// loadLocked rebuilds the engine's view from the kernel: the rules of the
+// active half from fd_rules, the policies and compound order from its
+// fd_conf.
+func (e *Engine) loadLocked() error {
+	st, err := e.readState()
+	if err != nil {
+		return err
+	}
+	active := st.Active & 1
+	var conf gen.FastdropFdConf
+	if err := e.maps[gen.FastdropMapFdConfs].Lookup(active, &conf); err != nil {
+		return fmt.Errorf("fastdrop: read configuration: %w", err)
+	}
+	buf := make([]byte, e.nslots*recSize)
+	if _, err := e.mem.rules.ReadAt(buf, 0); err != nil {
+		return fmt.Errorf("fastdrop: read rules: %w", err)
+	}
+	type rec struct {
+		rule  Rule
+		order uint32
+		slot  uint32
+	}
+	var recs []rec
+	var stale []uint32
+	e.resetState()
+	for s := firstRule; s < uint32(e.nslots); s++ {
+		r, order, halves, ok := decodeRecord(buf[int(s)*recSize:])
+		if !ok {
+			continue
+		}
+		if halves&(1<<active) == 0 {
+			stale = append(stale, s)
+			continue
+		}
+		recs = append(recs, rec{r, order, s})
+		e.nextSlot = max(e.nextSlot, s+1)
+	}
+	slices.SortStableFunc(recs, func(a, b rec) int { return int(int64(a.order) - int64(b.order)) })
+	// Compound priority is what the active half's fd_conf says, even if a
+	// change that failed half-way rewrote some orders.
+	var compound []rec
+	bySlot := make(map[uint32]rec)
+	for _, r := range recs {
+		if !r.rule.IsPrefixOnly() {
+			bySlot[r.slot] = r
+		}
+	}
+	for i := range int(conf.Ncompound) {
+		if r, ok := bySlot[valSlot(conf.Crule[i])]; ok {
+			compound = append(compound, r)
+		}
+	}
+	ci := 0
+	for _, r := range recs {
+		if !r.rule.IsPrefixOnly() {
+			if ci >= len(compound) {
+				continue // not in the active half's compound list
+			}
+			r = compound[ci]
+			ci++
+		}
+		e.rules = append(e.rules, r.rule)
+		e.slots = append(e.slots, r.slot)
+		e.orderOf[r.slot] = r.order
+	}
+	e.keys = keysOf(e.rules)
+	for i, k := range e.keys {
+		e.slotOf[k] = e.slots[i]
+	}
+	used := make([]bool, e.nextSlot)
+	for _, s := range e.slots {
+		used[s] = true
+	}
+	for s := firstRule; s < e.nextSlot; s++ {
+		if !used[s] {
+			e.free = append(e.free, s)
+		}
+	}
+	// Free what only the other half held (a change that did not finish).
+	var zero [recSize]byte
+	for _, s := range stale {
+		if _, err := e.mem.rules.WriteAt(zero[:], int64(s)*recSize); err != nil {
+			return fmt.Errorf("fastdrop: clear rule record: %w", err)
+		}
+	}
+	e.policy = actionOr(Action(conf.Policy), ActionPass)
+	e.malformed = actionOr(Action(conf.Malformed), ActionPass)
+	e.active = active
+	e.generation = st.Generation
+	if err := e.compileAll(); err != nil {
+		return fmt.Errorf("fastdrop: rebuild tables: %w", err)
+	}
+	e.fullWrite = true
+	return nil
+}
+
+func actionOr(a, def Action) Action {
+	if a == 0 {
+		return def
+	}
+	return a
+}
+
+// compileAll rebuilds every table from e.rules.
+func (e *Engine) compileAll() error {
+	var v4 []v4Prefix
+	var v6 []v6Prefix
+	var compound []*Rule
+	for i := range e.rules {
+		r := &e.rules[i]
+		if !r.IsPrefixOnly() {
+			compound = append(compound, r)
+			continue
+		}
+		val := mkVal(r.Action, e.slots[i])
+		if r.Src.Addr().Is4() {
+			v4 = append(v4, v4PrefixOf(r.Src, val))
+		} else {
+			v6 = append(v6, v6PrefixOf(r.Src, val))
+		}
+	}
+	if err := e.v4.build(v4); err != nil {
+		return err
+	}
+	if err := e.v6.build(v6); err != nil {
+		return err
+	}
+	cls, err := compileCompound(compound)
+	if err != nil {
+		return err
+	}
+	e.cls = cls
+	return nil
+}
+
+// commitLocked makes next the rule set in force: compile, write the
+// inactive half, flip, wait, write the other half.
+func (e *Engine) commitLocked(next []Rule, policy, malformed Action) error {
+	for _, a := range []Action{policy, malformed} {
+		if a != ActionDrop && a != ActionPass {
+			return fmt.Errorf("fastdrop: policy %s: %w", a, ErrUnsupportedAction)
+		}
+	}
+	for i := range next {
+		if a := next[i].Action; a != ActionDrop && a != ActionPass {
+			return fmt.Errorf("fastdrop: rule %s: %w", next[i].String(), ErrUnsupportedAction)
+		}
+	}
+	keys := keysOf(next)
+
+	// Counter slots: kept rules keep theirs.
+	slots := make([]uint32, len(next))
+	kept := make(map[uint32]bool, len(e.slots))
+	var added []int
+	for i, k := range keys {
+		if s, ok := e.slotOf[k]; ok {
+			slots[i] = s
+			kept[s] = true
+		} else {
+			added = append(added, i)
+		}
+	}
+	var removed []int // indices into e.rules
+	for i, s := range e.slots {
+		if !kept[s] {
+			removed = append(removed, i)
+		}
+	}
+	free := e.free
+	nextSlot := e.nextSlot
+	for _, i := range added {
+		if n := len(free); n > 0 {
+			slots[i] = free[n-1]
+			free = free[:n-1]
+		} else if int(nextSlot) < e.nslots {
+			slots[i] = nextSlot
+			nextSlot++
+		} else {
+			return fmt.Errorf("fastdrop: %d rules: %w (raise Options.MaxRules, now %d)", len(next), ErrCapacity, e.nslots-int(firstRule))
+		}
+	}
+	old := struct {
+		rules     []Rule
+		slots     []uint32
+		policy    Action
+		malformed Action
+	}{e.rules, e.slots, e.policy, e.malformed}
+	if err := e.compileChange(next, slots, added, removed); err != nil {
+		// The mirrors may be half changed: rebuild them as they were and
+		// rewrite the halves whole next time.
+		e.fullWrite = true
+		e.rules, e.slots = old.rules, old.slots
+		if rerr := e.compileAll(); rerr != nil {
+			return errors.Join(fmt.Errorf("fastdrop: %w", err), fmt.Errorf("fastdrop: rebuild tables: %w", rerr))
+		}
+		return fmt.Errorf("fastdrop: %w", err)
+	}
+	e.rules, e.keys, e.slots = next, keys, slots
+	e.policy, e.malformed = policy, malformed
+	e.slotOf = make(map[ruleKey]uint32, len(keys))
+	for i, k := range keys {
+		e.slotOf[k] = slots[i]
+	}
+	e.free, e.nextSlot = free, nextSlot
+
+	if err := e.publishLocked(added, removed, old.rules, old.slots); err != nil {
+		e.fullWrite = true
+		return fmt.Errorf("fastdrop: %w", err)
+	}
+	return nil
+}
+
+// compileChange updates the mirrors from the old rule set to next:
+// incrementally for a few IPv4 prefixes, whole otherwise.
+func (e *Engine) compileChange(next []Rule, slots []uint32, added, removed []int) error {
+	var v4add, v4del []v4Prefix
+	v6changed := false
+	for _, i := range added {
+		r := &next[i]
+		if r.IsPrefixOnly() {
+			if r.Src.Addr().Is4() {
+				v4add = append(v4add, v4PrefixOf(r.Src, mkVal(r.Action, slots[i])))
+			} else {
+				v6changed = true
+			}
+		}
+	}
+	for _, i := range removed {
+		r := &e.rules[i]
+		if r.IsPrefixOnly() {
+			if r.Src.Addr().Is4() {
+				v4del = append(v4del, v4PrefixOf(r.Src, mkVal(r.Action, e.slots[i])))
+			} else {
+				v6changed = true
+			}
+		}
+	}
+	var v4all []v4Prefix
+	var v6all []v6Prefix
+	var compound []*Rule
+	for i := range next {
+		r := &next[i]
+		if !r.IsPrefixOnly() {
+			compound = append(compound, r)
+			continue
+		}
+		val := mkVal(r.Action, slots[i])
+		if r.Src.Addr().Is4() {
+			if e.fullWrite || len(v4add)+len(v4del) > max(1024, e.v4.count/8) {
+				v4all = append(v4all, v4PrefixOf(r.Src, val))
+			}
+		} else if v6changed || e.fullWrite {
+			v6all = append(v6all, v6PrefixOf(r.Src, val))
+		}
+	}
+	if e.fullWrite || len(v4add)+len(v4del) > max(1024, e.v4.count/8) {
+		if err := e.v4.build(v4all); err != nil {
+			return err
+		}
+	} else {
+		for _, p := range v4del {
+			e.v4.remove(p)
+		}
+		for _, p := range v4add {
+			if err := e.v4.insert(p); err != nil {
+				return err
+			}
+		}
+	}
+	if v6changed || e.fullWrite {
+		if err := e.v6.build(v6all); err != nil {
+			return err
+		}
+		e.v6dirty = true
+	}
+	cls, err := compileCompound(compound)
+	if err != nil {
+		return err
+	}
+	e.cls = cls
+	return nil
+}
+
+// publishLocked writes the compiled change to the inactive half, flips,
+// waits for the programs still using the old half, and writes the change
+// to that half too. added are indices into e.rules (the new set), removed
+// into oldRules.
+func (e *Engine) publishLocked(added, removed []int, oldRules []Rule, oldSlots []uint32) error {
+	inactive, prev := e.active^1, e.active
+	generation := e.generation
+	// in_sync 0 until both halves are written: a later Open then knows
+	// the inactive half is not a copy of the active one.
+	if err := e.writeState(gen.FastdropFdState{Active: prev, Generation: generation}); err != nil {
+		return err
+	}
+	var rec [recSize]byte
+	writeRec := func(slot uint32, r *Rule, order uint32, halves uint8) error {
+		if r == nil {
+			clear(rec[:])
+		} else {
+			encodeRecord(rec[:], r, order, halves)
+		}
+		if _, err := e.mem.rules.WriteAt(rec[:], int64(slot)*recSize); err != nil {
+			return fmt.Errorf("write rule record: %w", err)
+		}
+		return nil
+	}
+	isAdded := make(map[int]bool, len(added))
+	newSlots := make([]uint32, 0, len(added))
+	for _, i := range added {
+		isAdded[i] = true
+		newSlots = append(newSlots, e.slots[i])
+	}
+	// No packet can use a slot that is not in the active half yet.
+	if err := e.zeroSlots(newSlots); err != nil {
+		return err
+	}
+	for _, i := range added {
+		e.orderOf[e.slots[i]] = uint32(i)
+		if err := writeRec(e.slots[i], &e.rules[i], uint32(i), 1<<inactive); err != nil {
+			return err
+		}
+	}
+	for _, i := range removed {
+		if err := writeRec(oldSlots[i], &oldRules[i], e.orderOf[oldSlots[i]], 1<<prev); err != nil {
+			return err
+		}
+	}
+	for i, s := range e.slots {
+		if !isAdded[i] && e.orderOf[s] != uint32(i) {
+			e.orderOf[s] = uint32(i)
+			if err := writeRec(s, &e.rules[i], uint32(i), 3); err != nil {
+				return err
+			}
+		}
+	}
+
+	if err := e.writeHalf(inactive); err != nil {
+		return err
+	}
+	if err := e.writeState(gen.FastdropFdState{Active: inactive, Generation: generation + 1}); err != nil {
+		return err
+	}
+	e.active, e.generation = inactive, generation+1
+	if err := e.waitPrograms(); err != nil {
+		return err
+	}
+	if err := e.writeHalf(prev); err != nil {
+		return err
+	}
+	for _, i := range added {
+		if err := writeRec(e.slots[i], &e.rules[i], uint32(i), 3); err != nil {
+			return err
+		}
+	}
+	for _, i := range removed {
+		if err := writeRec(oldSlots[i], nil, 0, 0); err != nil {
+			return err
+		}
+		e.free = append(e.free, oldSlots[i])
+	}
+	if err := e.writeState(gen.FastdropFdState{Active: inactive, InSync: 1, Generation: generation + 1}); err != nil {
+		return err
+	}
+	e.v4.clearDirty()
+	e.v6dirty = false
+	e.fullWrite = false
+	return nil
+}
+
+// waitPrograms returns once every run of the program that started before
+// the call has ended.
+func (e *Engine) waitPrograms() error {
+	if err := e.syncOuter.Put(uint32(0), e.syncInner); err != nil {
+		return fmt.Errorf("wait for running programs: %w", err)
+	}
+	return nil
+}
+
+// writeHalf copies what changed in the mirrors into half h.
+func (e *Engine) writeHalf(h uint32) error {
+	base24 := int64(h) * tbl24Entries * 4
+	err := e.v4.forDirty(func(start, end int) error {
+		_, err := e.mem.tbl24.WriteAt(u32Bytes(e.v4.tbl24[start:end]), base24+int64(start)*4)
+		return err
+	}, func(g int) error {
+		_, err := e.mem.tbl8.WriteAt(u32Bytes(e.v4.tbl8[g*256:g*256+256]), (int64(h)*int64(e.groups)+int64(g))*1024)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("write IPv4 prefix table: %w", err)
+	}
+	if e.v6dirty || e.fullWrite {
+		if _, err := e.mem.v6.WriteAt(e.v6.buf, int64(h)*int64(e.v6cap)*v6EntSize); err != nil {
+			return fmt.Errorf("write IPv6 prefix table: %w", err)
+		}
+	}
+	if err := e.writeClassifier(h); err != nil {
+		return err
+	}
+	conf := e.confFor(h)
+	if err := e.maps[gen.FastdropMapFdConfs].Put(h, &conf); err != nil {
+		return fmt.Errorf("write configuration: %w", err)
+	}
+	return nil
+}
+
+func (e *Engine) writeClassifier(h uint32) error {
+	c := e.cls
+	tabBase := int64(h) * int64(tabHalf) * 2
+	writeTab := func(start, n int) error {
+		_, err := e.mem.clsTab.WriteAt(u16Bytes(c.tab[start:start+n]), tabBase+int64(start)*2)
+		return err
+	}
+	for fld := range numField {
+		if c.fields&(1<<fld) == 0 {
+			continue
+		}
+		n := 65536
+		if fld == fldProto {
+			n = 256
+		}
+		if err := writeTab(fieldTab[fld], n); err != nil {
+			return fmt.Errorf("write compound rule tables: %w", err)
+		}
+		start := fld * bmField
+		if _, err := e.mem.clsBm.WriteAt(bmBytes(c.bm[start:start+c.used[fld]]), (int64(h)*int64(bmHalf)+int64(start))*32); err != nil {
+			return fmt.Errorf("write compound rule bitmaps: %w", err)
+		}
+	}
+	if c.chunks > 0 {
+		if err := writeTab(tabPool, c.chunks*256); err != nil {
+			return fmt.Errorf("write compound rule tables: %w", err)
+		}
+	}
+	return nil
+}
+
+// confFor is fd_conf for half h.
+func (e *Engine) confFor(h uint32) gen.FastdropFdConf {
+	c := gen.FastdropFdConf{
+		Policy:      gen.FastdropFdAction(e.policy),
+		Malformed:   gen.FastdropFdAction(e.malformed),
+		Fields:      e.cls.fields,
+		V4Count:     uint32(e.v4.count),
+		V6Count:     uint32(e.v6.count),
+		V4Tbl24Base: h << 20,
+		V4Tbl8Base:  h * uint32(e.groups) * 16,
+		V6Base:      h * uint32(e.v6cap),
+		V6Mask:      uint32(max(e.v6.size, 1) - 1),
+		V6Shift:     e.v6.shift(),
+		V6Default:   e.v6.def,
+		V6Seed:      e.v6.seed,
+		ClsTabBase:  h * uint32(tabHalf),
+		ClsBmBase:   h * uint32(bmHalf),
+		V6Tree:      e.v6.tree,
+	}
+	for k := range numKinds {
+		c.Kind[k] = gen.FastdropFdBm{W: e.cls.kind[k]}
+	}
+	n := 0
+	for i := range e.rules {
+		if !e.rules[i].IsPrefixOnly() {
+			c.Crule[n] = mkVal(e.rules[i].Action, e.slots[i])
+			n++
+		}
+	}
+	c.Ncompound = uint32(n)
+	return c
+}
