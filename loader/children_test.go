@@ -97,6 +97,9 @@ func childUnprivileged() error {
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
 		return err
 	}
+	if os.Getenv("KEEP_BPF_CAPS") == "1" {
+		return childNoNetAdmin()
+	}
 	if data[0].Effective != 0 || data[1].Effective != 0 || data[0].Permitted != 0 {
 		return fmt.Errorf("child still has capabilities %#x", data[0].Effective)
 	}
@@ -153,4 +156,27 @@ func childNoBPFFS() error {
 		r.Err = "attach succeeded"
 	}
 	return report(r)
+}
+
+// childNoNetAdmin has CAP_BPF and CAP_PERFMON but not CAP_NET_ADMIN (nor
+// CAP_SYS_ADMIN): it can make maps but not change interfaces.
+func childNoNetAdmin() error {
+	prog, err := ebpf.NewProgramFromFD(3)
+	if err != nil {
+		return fmt.Errorf("program from parent: %w", err)
+	}
+	var msgs []string
+	for _, nl := range []bool{false, true} {
+		a, err := loader.Attach(prog, loader.Options{Interface: os.Getenv("IFACE"), Netlink: nl})
+		if err == nil {
+			a.Close()
+			msgs = append(msgs, fmt.Sprintf("netlink=%v: attached", nl))
+			continue
+		}
+		if !errors.Is(err, loader.ErrNotPermitted) {
+			return fmt.Errorf("netlink=%v: want ErrNotPermitted, got: %w", nl, err)
+		}
+		msgs = append(msgs, err.Error())
+	}
+	return report(childResult{Maps: msgs})
 }

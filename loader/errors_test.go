@@ -134,3 +134,24 @@ func TestBadArguments(t *testing.T) {
 	requireClean(t, v.Name, "")
 	require.False(t, errors.Is(err, loader.ErrForeign))
 }
+
+// TestNotPermittedNetAdmin: with CAP_BPF but without CAP_NET_ADMIN, the
+// netlink attach itself is refused (not just the map creation), with the
+// message naming CAP_NET_ADMIN, and nothing is left attached.
+func TestNotPermittedNetAdmin(t *testing.T) {
+	v := testenv.NewVeth(t, testenv.VethOptions{})
+	objs := loadBasic(t, gen.BasicVerdictVERDICT_PASS)
+	progFile := os.NewFile(uintptr(dupFD(t, objs.XdpPass.FD())), "prog")
+	defer progFile.Close()
+	res := runChild(t, "unprivileged", []string{"IFACE=" + v.Name, "KEEP_BPF_CAPS=1"}, func(c *exec.Cmd) {
+		c.ExtraFiles = []*os.File{progFile}
+	})
+	require.Len(t, res.Maps, 2)
+	// Linux 6.18 checks no capability for creating an XDP bpf_link beyond
+	// holding the program's fd (CAP_BPF to load it): the link attach may
+	// succeed. rtnetlink wants CAP_NET_ADMIN.
+	t.Log("bpf_link: ", res.Maps[0])
+	require.Contains(t, res.Maps[1], "CAP_NET_ADMIN")
+	require.Contains(t, res.Maps[1], "not permitted")
+	requireClean(t, v.Name, "")
+}

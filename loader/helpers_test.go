@@ -262,7 +262,8 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // capsDroppedEnv marks the second exec of an unprivileged child.
 const capsDroppedEnv = "XDPDROP_LOADER_CAPS_DROPPED"
 
-// dropCapsAndReexec clears this thread's capability bounding, inheritable
+// dropCapsAndReexec clears this thread's capability bounding (all but
+// CAP_BPF and CAP_PERFMON if $KEEP_BPF_CAPS), inheritable
 // and ambient sets and executes the binary again from it: the new process
 // runs as uid 0 with no capabilities at all (root gets only what the
 // bounding set allows on exec), a precise "not permitted" that still owns
@@ -277,7 +278,14 @@ func dropCapsAndReexec() error {
 	if err != nil {
 		return err
 	}
+	keep := map[int]bool{}
+	if os.Getenv("KEEP_BPF_CAPS") == "1" {
+		keep[unix.CAP_BPF], keep[unix.CAP_PERFMON] = true, true
+	}
 	for c := 0; c <= n; c++ {
+		if keep[c] {
+			continue
+		}
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
 		}
