@@ -1,0 +1,314 @@
+package fastdrop
+
+import (
+	"bytes"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/xdpdrop/xdpdrop/internal/frames"
+	"github.com/xdpdrop/xdpdrop/internal/testenv"
+)
+
+var (
+	diffSeed   = flag.Uint64("fastdrop.seed", 20240601, "seed of TestDifferential")
+	diffFrames = flag.Int("fastdrop.frames", 0, "frames TestDifferential checks (0: 200,000, or 20,000 with -short)")
+)
+
+// diffGen draws rule sets and frames that have a fair chance of matching
+// each other: addresses, ports and protocols come from small pools that
+// both use, so rules nest, overlap and hit.
+type diffGen struct {
+	rng    *rand.Rand
+	hosts4 []netip.Addr
+	hosts6 []netip.Addr
+	ports  []uint16
+}
+
+func newDiffGen(seed uint64) *diffGen {
+	g := &diffGen{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	for range 6 {
+		var a4 [4]byte
+		var a6 [16]byte
+		for i := range a4 {
+			a4[i] = byte(g.rng.Uint32())
+		}
+		for i := range a6 {
+			a6[i] = byte(g.rng.Uint32())
+		}
+		g.hosts4 = append(g.hosts4, netip.AddrFrom4(a4))
+		g.hosts6 = append(g.hosts6, netip.AddrFrom16(a6))
+	}
+	g.ports = []uint16{0, 1, 53, 80, 443, 1023, 1024, 11211, 65535, uint16(g.rng.Uint32())}
+	return g
+}
+
+// near returns an address that shares a random number of leading bits
+// with one of the pool's hosts.
+func (g *diffGen) near(v6 bool) netip.Addr {
+	pool := g.hosts4
+	if v6 {
+		pool = g.hosts6
+	}
+	a := pool[g.rng.IntN(len(pool))].AsSlice()
+	keep := g.rng.IntN(len(a)*8 + 1)
+	if g.rng.IntN(3) == 0 {
+		keep = len(a) * 8 // the host itself
+	}
+	for bit := keep; bit < len(a)*8; bit++ {
+		if g.rng.IntN(2) == 0 {
+			a[bit/8] ^= 0x80 >> (bit % 8)
+		}
+	}
+	addr, _ := netip.AddrFromSlice(a)
+	return addr
+}
+
+func (g *diffGen) port() uint16 {
+	if g.rng.IntN(4) == 0 {
+		return uint16(g.rng.Uint32())
+	}
+	return g.ports[g.rng.IntN(len(g.ports))]
+}
+
+// frame returns a random frame, usually from the pools, sometimes mutated
+// or cut short.
+func (g *diffGen) frame() []byte {
+	s := frames.Random(g.rng)
+	if s.Src.IsValid() && g.rng.IntN(5) != 0 {
+		v6 := s.Src.Is6()
+		s.Src, s.Dst = g.near(v6), g.near(v6)
+	}
+	if s.SrcPort != 0 || s.DstPort != 0 {
+		s.SrcPort, s.DstPort = g.port(), g.port()
+	}
+	f := s.Build()
+	switch n := g.rng.IntN(10); {
+	case n < 2:
+		return frames.Mutate(g.rng, f)
+	case n < 3:
+		return f.Truncate(g.rng.IntN(len(f.Bytes) + 1)).Bytes
+	}
+	return f.Bytes
+}
+
+var diffProtos = []uint8{ProtoTCP, ProtoUDP, ProtoICMP, ProtoICMPv6, 47, 50, 132, 0, 59}
+
+func (g *diffGen) prefix(v6 bool) netip.Prefix {
+	a := g.near(v6)
+	bits := g.rng.IntN(a.BitLen() + 1)
+	if g.rng.IntN(3) == 0 {
+		bits = a.BitLen() - g.rng.IntN(9) // long prefixes are the common case
+	}
+	p, _ := a.Prefix(bits)
+	return p
+}
+
+func (g *diffGen) portRange() *PortRange {
+	lo, hi := g.port(), g.port()
+	if g.rng.IntN(2) == 0 {
+		hi = lo
+	}
+	if lo > hi {
+		lo, hi = hi, lo
+	}
+	return &PortRange{Lo: lo, Hi: hi}
+}
+
+// compound returns a random valid compound rule.
+func (g *diffGen) compound() Rule {
+	for {
+		r := Rule{Action: Action(1 + g.rng.IntN(2))}
+		v6 := g.rng.IntN(2) == 0
+		if g.rng.IntN(3) == 0 {
+			r.Src = g.prefix(v6)
+		}
+		if g.rng.IntN(4) == 0 {
+			r.Dst = g.prefix(v6)
+		}
+		if g.rng.IntN(2) == 0 {
+			r.HasProto = true
+			r.Proto = diffProtos[g.rng.IntN(len(diffProtos))]
+			if g.rng.IntN(3) == 0 {
+				r.Proto = uint8(g.rng.Uint32())
+			}
+		}
+		if r.HasProto && (r.Proto == ProtoTCP || r.Proto == ProtoUDP) {
+			if g.rng.IntN(2) == 0 {
+				r.SrcPort = g.portRange()
+			}
+			if g.rng.IntN(2) == 0 {
+				r.DstPort = g.portRange()
+			}
+		}
+		if g.rng.IntN(8) == 0 {
+			r.EtherType = []uint16{EtherTypeIPv4, EtherTypeIPv6, EtherTypeARP, EtherTypeLLDP, 0x88b5}[g.rng.IntN(5)]
+		}
+		if r.SrcPort == nil && r.DstPort == nil && g.rng.IntN(6) == 0 {
+			r.Fragment = true
+		}
+		if r.IsPrefixOnly() || r.Validate() != nil {
+			continue
+		}
+		return r
+	}
+}
+
+// ruleSet returns a random valid rule set of up to maxCompound compound
+// rules and maxPrefix prefix rules, shuffled together.
+func (g *diffGen) ruleSet(maxCompound, maxPrefix int) *RuleSet {
+	rs := &RuleSet{Policy: Action(1 + g.rng.IntN(2)), Malformed: Action(1 + g.rng.IntN(2))}
+	for range g.rng.IntN(maxCompound + 1) {
+		rs.Rules = append(rs.Rules, g.compound())
+	}
+	seen := make(map[netip.Prefix]bool)
+	for range g.rng.IntN(maxPrefix + 1) {
+		p := g.prefix(g.rng.IntN(2) == 0)
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		rs.Rules = append(rs.Rules, Rule{Action: Action(1 + g.rng.IntN(2)), Src: p})
+	}
+	g.rng.Shuffle(len(rs.Rules), func(i, j int) { rs.Rules[i], rs.Rules[j] = rs.Rules[j], rs.Rules[i] })
+	return rs
+}
+
+func ruleSetText(rs *RuleSet) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "policy %s\nmalformed %s\n", rs.EffectivePolicy(), rs.EffectiveMalformed())
+	for i, r := range rs.Rules {
+		fmt.Fprintf(&b, "%s # %d\n", r.String(), i)
+	}
+	return b.String()
+}
+
+// diffCheck runs frame through the kernel and the model and describes any
+// disagreement.
+func diffCheck(r *runner, m *Model, frame []byte) (string, error) {
+	want := m.Eval(frame)
+	if len(frame) < 14 {
+		return "", nil // BPF_PROG_TEST_RUN refuses frames shorter than Ethernet
+	}
+	got, err := r.run(frame)
+	if err != nil {
+		return "", err
+	}
+	if got.Result != want {
+		return fmt.Sprintf("kernel %v, model %v", got, want), nil
+	}
+	return "", nil
+}
+
+// TestDifferential: random rule sets and random (also mutated and cut
+// short) frames through the kernel program and the Go model, which must
+// agree on verdict, deciding stage and rule for every frame.
+func TestDifferential(t *testing.T) {
+	n := *diffFrames
+	if n == 0 {
+		n = 200_000
+		if testing.Short() {
+			n = 20_000
+		}
+	}
+	e := newTestEngine(t, testOptions)
+	g := newDiffGen(*diffSeed)
+	t.Logf("seed %d (-fastdrop.seed), %d frames (-fastdrop.frames)", *diffSeed, n)
+	const perSet = 1000
+	failures := 0
+	classes := make(map[ResultClass]int)
+	defer func() { t.Logf("decided by: %v", classes) }()
+	for done := 0; done < n; {
+		maxCompound, maxPrefix := 12, 40
+		switch g.rng.IntN(10) {
+		case 0:
+			maxCompound = 256
+		case 1:
+			maxCompound = 0
+		case 2:
+			maxPrefix = 400
+		}
+		rs := g.ruleSet(maxCompound, maxPrefix)
+		r := mustApply(t, e, rs)
+		m := NewModel(rs)
+		for range min(perSet, n-done) {
+			done++
+			frame := g.frame()
+			classes[m.Eval(frame).Class]++
+			msg, err := diffCheck(r, m, frame)
+			if err != nil {
+				t.Fatalf("frame %x: %v", frame, err)
+			}
+			if msg == "" {
+				continue
+			}
+			failures++
+			t.Errorf("%s\nframe %s\nrules:\n%s", msg, hex.EncodeToString(frame), ruleSetText(rs))
+			if failures >= 5 {
+				t.Fatalf("stopping after %d disagreements", failures)
+			}
+		}
+	}
+}
+
+// fuzzEngine is one engine per fuzzing process (with the rule set of the
+// last seed), created on first use.
+var fuzzEngine struct {
+	sync.Mutex
+	e    *Engine
+	err  error
+	seed uint8
+	r    *runner
+	m    *Model
+	rs   *RuleSet
+}
+
+// FuzzDifferential: go test -fuzz FuzzDifferential ./fastdrop/ mutates a
+// frame (and picks one of 256 random rule sets) and checks the kernel
+// program against the model.
+func FuzzDifferential(f *testing.F) {
+	testenv.RequireRoot(f)
+	g := newDiffGen(1)
+	for i := range 32 {
+		f.Add(uint8(i), g.frame())
+	}
+	f.Add(uint8(0), frames.UDP4("10.0.0.1", "10.0.0.2", 1, 53, 0).Bytes)
+	f.Add(uint8(1), frames.TCP6("2001:db8::1", "2001:db8::2", 1, 443, 0).Bytes)
+	f.Fuzz(func(t *testing.T, seed uint8, frame []byte) {
+		fe := &fuzzEngine
+		fe.Lock()
+		defer fe.Unlock()
+		if fe.e == nil && fe.err == nil {
+			opts := testOptions
+			opts.trace = true
+			fe.e, fe.err = New(opts)
+			fe.seed = 255
+			fe.rs = nil
+		}
+		if fe.err != nil {
+			t.Fatalf("New: %v", fe.err)
+		}
+		if fe.rs == nil || fe.seed != seed {
+			rs := newDiffGen(uint64(seed)).ruleSet(16, 40)
+			if err := fe.e.Apply(rs); err != nil {
+				t.Fatalf("Apply: %v", err)
+			}
+			fe.seed, fe.rs, fe.r, fe.m = seed, rs, newRunner(fe.e), NewModel(rs)
+		}
+		if len(frame) > 3000 {
+			frame = frame[:3000]
+		}
+		msg, err := diffCheck(fe.r, fe.m, bytes.Clone(frame))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg != "" {
+			t.Errorf("%s\nframe %x\nrules:\n%s", msg, frame, ruleSetText(fe.rs))
+		}
+	})
+}
