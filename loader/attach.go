@@ -480,9 +480,9 @@ func dropStalePins(dir, name string) {
 			ifc = &x
 		}
 	}
-	live, _ := p.liveness(name, ifc)
+	state, _ := p.liveness(name, ifc)
 	p.close()
-	if !live {
+	if state == pinsStale {
 		removePins(dir)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cilium/ebpf/link"
@@ -51,7 +52,12 @@ func TestForeignRefused(t *testing.T) {
 		{"ip-link", func(t *testing.T, v *testenv.Veth) {
 			obj, err := filepath.Abs("../gen/basic_bpfel.o")
 			require.NoError(t, err)
-			out, err := exec.Command("ip", "link", "set", "dev", v.Name, "xdpgeneric", "obj", obj, "sec", "xdp").CombinedOutput()
+			// ip makes directories in bpffs (tc/globals, ip, xdp) when it
+			// loads an object: give it a private bpffs in a private mount
+			// namespace, so the machine's is left as it was.
+			cmd := exec.Command("sh", "-c", `mount -t bpf bpf /sys/fs/bpf && exec ip link set dev "$0" xdpgeneric obj "$1" sec xdp`, v.Name, obj)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+			out, err := cmd.CombinedOutput()
 			if err != nil {
 				testenv.SkipOrFail(t, "ip link cannot load %s: %v: %s", obj, err, out)
 			}

@@ -80,7 +80,7 @@ func survey(ifc ifaceXDP, links map[linkKey]link.ID) ([]occupant, error) {
 			o.Name, o.Tag = info.Name, info.Tag
 			var m Meta
 			var ours bool
-			if m, ours, err = infoMeta(info, ifc.Name, ifc.Index); ours {
+			if m, ours, err = infoMeta(info, ifc.Index); ours {
 				o.Meta = &m
 			}
 		}

@@ -146,7 +146,7 @@ func TestAutoByTrying(t *testing.T) {
 			require.Equal(t, ModeGeneric, a.Mode())
 			require.Contains(t, a.Reason(), "chosen by trying")
 			require.Contains(t, a.Reason(), "driver mode")
-			m, ours, err := progMeta(a.Program(), "lo", a.Ifindex())
+			m, ours, err := progMeta(a.Program(), a.Ifindex())
 			require.NoError(t, err)
 			require.True(t, ours)
 			require.Equal(t, ModeGeneric, m.Mode, "the metadata records the mode used, not the first tried")

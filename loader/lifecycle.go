@@ -223,8 +223,11 @@ func Open(iface, root string) (_ *Attachment, err error) {
 	} else if !errors.Is(err, ErrNoInterface) {
 		return nil, fmt.Errorf("%s: %w", ctx, err)
 	}
-	if live, why := p.liveness(iface, ifc); !live {
+	switch state, why := p.liveness(iface, ifc); state {
+	case pinsStale:
 		return nil, fmt.Errorf("%s: %w at %s: %s (remove them with CleanStale, xdpdrop clean)", ctx, ErrStale, dir, why)
+	case pinsElsewhere:
+		return nil, fmt.Errorf("%s: %w at %s: %s", ctx, ErrStale, dir, why)
 	}
 	return &Attachment{
 		iface:   iface,
@@ -266,6 +269,15 @@ func DetachInterface(iface string, opts DetachOptions) error {
 		}
 		removed = true
 	case errors.Is(err, ErrStale):
+		var ifc *ifaceXDP
+		if l, lerr := lookupLink(iface); lerr == nil {
+			if x, xerr := getXDP(l.Attrs().Index); xerr == nil {
+				ifc = &x
+			}
+		}
+		if _, stale, _, _ := pinState(pinRoot(opts.PinRoot), iface, ifc); !stale {
+			return err // pins of a renamed interface: removing them would detach it
+		}
 		if err := removePins(dir); err != nil {
 			return fmt.Errorf("%s: %w", ctx, err)
 		}

@@ -103,18 +103,17 @@ func readMeta(mp *ebpf.Map) (Meta, error) {
 	return m, nil
 }
 
-// progMeta finds the meta map bound to prog that names interface
-// (name, ifindex) in the current namespace, and returns it and the map's id.
-// found is false for a foreign program.
-func progMeta(prog *ebpf.Program, name string, ifindex int) (meta Meta, found bool, err error) {
+// progMeta finds the meta map bound to prog that names the interface
+// ifindex of the current namespace. found is false for a foreign program.
+func progMeta(prog *ebpf.Program, ifindex int) (meta Meta, found bool, err error) {
 	info, err := prog.Info()
 	if err != nil {
 		return Meta{}, false, wrapErr("program info", err)
 	}
-	return infoMeta(info, name, ifindex)
+	return infoMeta(info, ifindex)
 }
 
-func infoMeta(info *ebpf.ProgramInfo, name string, ifindex int) (meta Meta, found bool, err error) {
+func infoMeta(info *ebpf.ProgramInfo, ifindex int) (meta Meta, found bool, err error) {
 	ids, ok := info.MapIDs()
 	if !ok {
 		return Meta{}, false, nil
@@ -142,7 +141,9 @@ func infoMeta(info *ebpf.ProgramInfo, name string, ifindex int) (meta Meta, foun
 		if err != nil {
 			continue
 		}
-		if m.Interface != name || m.Ifindex != ifindex || (m.NetNS != 0 && m.NetNS != ns) {
+		// The index and namespace identify the interface; its name may
+		// have changed since.
+		if m.Ifindex != ifindex || (m.NetNS != 0 && m.NetNS != ns) {
 			continue
 		}
 		// A program attached, detached and attached again to the same

@@ -188,3 +188,51 @@ func TestStalePins(t *testing.T) {
 	require.Equal(t, filepath.Base(live), ents[0].Name())
 	requireClean(t, v.Name, root)
 }
+
+// TestRenamedInterface: pins whose link still runs on an interface that
+// was renamed are not stale and are never removed by CleanStale (that
+// would detach it); the program is still recognised as ours under the new
+// name.
+func TestRenamedInterface(t *testing.T) {
+	v := testenv.NewVeth(t, testenv.VethOptions{})
+	root := testenv.TempPinDir(t)
+	objs := loadBasic(t, gen.BasicVerdictVERDICT_PASS)
+	a, err := loader.Attach(objs.XdpPass, loader.Options{Interface: v.Name, Pin: true, PinRoot: root})
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+
+	renamed := v.Name[:len(v.Name)-1] + "r"
+	ip := func(args ...string) {
+		t.Helper()
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		require.NoError(t, err, "ip %v: %s", args, out)
+	}
+	ip("link", "set", "dev", v.Name, "down")
+	ip("link", "set", "dev", v.Name, "name", renamed)
+	t.Cleanup(func() { // testenv removes the pair by its first name
+		exec.Command("ip", "link", "set", "dev", renamed, "name", v.Name).Run()
+	})
+
+	st := statusOf(t, renamed, root)
+	require.Len(t, st.Programs, 1)
+	require.True(t, st.Programs[0].Ours, "ours under its new name")
+	require.False(t, st.Programs[0].Pinned)
+
+	old := statusOf(t, v.Name, root)
+	require.False(t, old.Stale)
+	require.Contains(t, old.StaleReason, renamed)
+	removed, err := loader.CleanStale(root)
+	require.NoError(t, err)
+	require.Empty(t, removed)
+	err = loader.DetachInterface(v.Name, loader.DetachOptions{PinRoot: root})
+	require.ErrorIs(t, err, loader.ErrStale)
+	require.Len(t, statusOf(t, renamed, root).Programs, 1, "still attached")
+
+	// Detach it by its new name; the old pins are then stale.
+	require.NoError(t, loader.DetachInterface(renamed, loader.DetachOptions{PinRoot: root}))
+	require.Empty(t, statusOf(t, renamed, root).Programs)
+	require.True(t, statusOf(t, v.Name, root).Stale)
+	removed, err = loader.CleanStale(root)
+	require.NoError(t, err)
+	require.Equal(t, []string{filepath.Join(root, v.Name)}, removed)
+}

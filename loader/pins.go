@@ -13,6 +13,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpdrop/xdpdrop/internal/bpffs"
@@ -206,38 +207,59 @@ func loadPins(dir string) (_ *pinSet, err error) {
 
 // liveness says whether the pins p describe what runs on the interface
 // now, and if not, why. ifc is nil if the interface does not exist.
-func (p *pinSet) liveness(name string, ifc *ifaceXDP) (live bool, why string) {
-	if ifc == nil {
-		return false, fmt.Sprintf("interface %s no longer exists", name)
-	}
+func (p *pinSet) liveness(name string, ifc *ifaceXDP) (state pinLiveness, why string) {
 	progInfo, err := p.prog.Info()
 	if err != nil {
-		return false, fmt.Sprintf("pinned program unreadable: %v", err)
+		return pinsStale, fmt.Sprintf("pinned program unreadable: %v", err)
 	}
 	id, _ := progInfo.ID()
 	if p.lnk != nil {
 		info, err := p.lnk.Info()
 		if err != nil {
-			return false, fmt.Sprintf("pinned link unreadable: %v", err)
+			return pinsStale, fmt.Sprintf("pinned link unreadable: %v", err)
 		}
 		x := info.XDP()
 		if x == nil || x.Ifindex == 0 {
-			return false, "its link was detached (the interface went away, or it was detached with bpftool)"
+			return pinsStale, "its link was detached (the interface went away, or it was detached with bpftool)"
 		}
-		if int(x.Ifindex) != ifc.Index {
-			return false, fmt.Sprintf("interface %s was re-created (ifindex %d, link is on %d)", name, ifc.Index, x.Ifindex)
+		if ifc == nil || int(x.Ifindex) != ifc.Index {
+			// The link still runs, on an interface with another name:
+			// removing these pins would detach it.
+			other := fmt.Sprintf("ifindex %d", x.Ifindex)
+			if l, err := netlink.LinkByIndex(int(x.Ifindex)); err == nil {
+				other = fmt.Sprintf("%s (ifindex %d)", l.Attrs().Name, x.Ifindex)
+			}
+			return pinsElsewhere, fmt.Sprintf("its link still runs on %s: the interface was renamed; rename it back to %s to use these pins, or detach it with DetachInterface on its new name", other, name)
 		}
 		id = info.Program
+	} else if ifc == nil {
+		return pinsStale, fmt.Sprintf("interface %s no longer exists", name)
 	} else if p.info.Ifindex != ifc.Index {
-		return false, fmt.Sprintf("interface %s was re-created (ifindex %d, pins are for %d)", name, ifc.Index, p.info.Ifindex)
+		return pinsStale, fmt.Sprintf("interface %s was re-created (ifindex %d, pins are for %d)", name, ifc.Index, p.info.Ifindex)
+	}
+	if ifc == nil {
+		return pinsStale, fmt.Sprintf("interface %s no longer exists", name)
 	}
 	for _, a := range ifc.Progs {
 		if a.ID == uint32(id) {
-			return true, ""
+			return pinsLive, ""
 		}
 	}
-	return false, fmt.Sprintf("program %d is no longer attached to %s", id, name)
+	return pinsStale, fmt.Sprintf("program %d is no longer attached to %s", id, name)
 }
+
+// pinLiveness is what a pin directory describes.
+type pinLiveness int
+
+const (
+	// pinsLive: what runs on the interface of that name.
+	pinsLive pinLiveness = iota
+	// pinsStale: nothing attached; safe to remove.
+	pinsStale
+	// pinsElsewhere: a link that still runs, on an interface now called
+	// differently; removing the pins would detach it.
+	pinsElsewhere
+)
 
 // otherNetNS reports whether p was made in another network namespace.
 func (p *pinSet) otherNetNS() bool {

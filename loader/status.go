@@ -24,7 +24,9 @@ type IfaceStatus struct {
 	// PinDir is the interface's pin directory, if there is one.
 	PinDir string `json:"pin_dir,omitempty"`
 	// Stale is set when PinDir holds pins that describe nothing attached;
-	// StaleReason says why. CleanStale removes them.
+	// StaleReason says why. CleanStale removes them. Pins whose link still
+	// runs on an interface that was renamed are not stale (removing them
+	// would detach it): StaleReason says where it runs.
 	Stale       bool   `json:"stale"`
 	StaleReason string `json:"stale_reason,omitempty"`
 }
@@ -178,9 +180,11 @@ func pinState(root, name string, ifc *ifaceXDP) (progID uint32, stale bool, why,
 		id, _ := info.ID()
 		progID = uint32(id)
 	}
-	live, why := p.liveness(name, ifc)
-	if !live {
+	switch state, why := p.liveness(name, ifc); state {
+	case pinsStale:
 		return 0, true, why, dir
+	case pinsElsewhere:
+		return 0, false, why, dir
 	}
 	return progID, false, "", dir
 }
