@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -206,11 +205,12 @@ func mix64(x uint64) uint64 {
 
 // checkDuplicatePrefixes reports the first prefix-only rule whose prefix an
 // earlier prefix-only rule already has. keys are the prefixKeys of the
-// prefix-only rules; they are sorted in place. Sorting a million integers
-// is several times faster than a map of a million entries, so the map is
-// only built when the sort finds a candidate pair.
+// prefix-only rules; they are sorted in place. Radix-sorting a million
+// integers is several times faster than filling a map of a million entries
+// (and than a comparison sort), so the map is only built when the sort
+// finds a candidate pair.
 func checkDuplicatePrefixes(keys []uint64, rules []Rule) (dup, prev *Rule) {
-	slices.Sort(keys)
+	radixSort(keys)
 	candidate := false
 	for i := 1; i < len(keys); i++ {
 		if keys[i] == keys[i-1] {
@@ -233,6 +233,42 @@ func checkDuplicatePrefixes(keys []uint64, rules []Rule) (dup, prev *Rule) {
 		seen[r.Src] = i
 	}
 	return nil, nil // a fingerprint collision of different prefixes
+}
+
+// radixSort sorts keys in place: least significant digit first, 11 bits
+// per pass, skipping passes in which every key has the same digit (IPv4
+// keys use only the low 40 bits).
+func radixSort(keys []uint64) {
+	if len(keys) < 2 {
+		return
+	}
+	const digitBits = 11
+	const buckets = 1 << digitBits
+	var count [buckets]int
+	src, dst := keys, make([]uint64, len(keys))
+	for shift := 0; shift < 64; shift += digitBits {
+		clear(count[:])
+		for _, k := range src {
+			count[k>>shift&(buckets-1)]++
+		}
+		if count[src[0]>>shift&(buckets-1)] == len(src) {
+			continue
+		}
+		sum := 0
+		for i, c := range count {
+			count[i] = sum
+			sum += c
+		}
+		for _, k := range src {
+			d := k >> shift & (buckets - 1)
+			dst[count[d]] = k
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &keys[0] {
+		copy(keys, src)
+	}
 }
 
 // splitFields appends the blank-separated fields of line to dst.

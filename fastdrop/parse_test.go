@@ -3,10 +3,12 @@ package fastdrop
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -336,6 +338,29 @@ func TestCheckDuplicatePrefixesCollision(t *testing.T) {
 	rules := PrefixRules(ActionDrop, []netip.Prefix{pfx("2001:db8::/32"), pfx("2001:db9::/32")})
 	if dup, _ := checkDuplicatePrefixes([]uint64{7, 7}, rules); dup != nil {
 		t.Errorf("fingerprint collision reported as duplicate %v", dup)
+	}
+}
+
+func TestRadixSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 1, 2, 3, 100, 5000} {
+		for _, gen := range []func() uint64{
+			rng.Uint64,
+			func() uint64 { return uint64(rng.Uint32())<<8 | uint64(rng.IntN(33)) }, // IPv4 keys
+			func() uint64 { return uint64(rng.IntN(3)) << 62 },                      // few distinct, high bits only
+			func() uint64 { return 42 },
+		} {
+			keys := make([]uint64, n)
+			for i := range keys {
+				keys[i] = gen()
+			}
+			want := slices.Clone(keys)
+			slices.Sort(want)
+			radixSort(keys)
+			if !slices.Equal(keys, want) {
+				t.Fatalf("n=%d: radixSort differs from slices.Sort", n)
+			}
+		}
 	}
 }
 
