@@ -220,6 +220,9 @@ func (p *pinSet) liveness(name string, ifc *ifaceXDP) (state pinLiveness, why st
 		}
 		x := info.XDP()
 		if x == nil || x.Ifindex == 0 {
+			if ifc == nil {
+				return pinsStale, fmt.Sprintf("interface %s no longer exists (its link was detached)", name)
+			}
 			return pinsStale, "its link was detached (the interface went away, or it was detached with bpftool)"
 		}
 		if ifc == nil || int(x.Ifindex) != ifc.Index {
