@@ -154,17 +154,25 @@ func attach(prog *ebpf.Program, opts Options, features func(ifindex int) (Featur
 			return nil, fmt.Errorf("%s: %w", ctx, err)
 		}
 		dir = pinDirFor(root, name)
-		if old, err := loadPins(dir); err == nil {
-			other := old.otherNetNS()
-			old.close()
-			if other {
-				return nil, fmt.Errorf("%s: pins at %s belong to an interface %s of another network namespace: use another PinRoot", ctx, dir, name)
-			}
-		}
 	}
 	ifc, err := getXDP(index)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ctx, err)
+	}
+	if dir != "" {
+		// Pins already there are replaced if stale or ours; never if they
+		// hold a link that runs elsewhere (removing them would detach it).
+		if old, err := loadPins(dir); err == nil {
+			other := old.otherNetNS()
+			state, why := old.liveness(name, &ifc)
+			old.close()
+			if other {
+				return nil, fmt.Errorf("%s: pins at %s belong to an interface %s of another network namespace: use another PinRoot", ctx, dir, name)
+			}
+			if state == pinsElsewhere {
+				return nil, fmt.Errorf("%s: pins at %s are in use: %s", ctx, dir, why)
+			}
+		}
 	}
 	occ, err := survey(ifc, nil)
 	if err != nil {

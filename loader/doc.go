@@ -21,10 +21,12 @@
 // xdpdrop_meta, bound to the program with BPF_PROG_BIND_MAP, holding JSON
 // (Meta): the interface, mode, attach method, time, process and the
 // caller's configuration. A program whose maps include a meta map naming
-// its own interface is "ours", pinned or not; anything else on an interface
-// is foreign, and Attach, Replace and DetachInterface refuse to touch it
-// unless Force is set. The error (ErrForeign) says what is there and how to
-// override.
+// its own interface (by index and network namespace, so a rename keeps it
+// ours) is "ours", pinned or not; anything else on an interface is
+// foreign, and Attach, Replace, Detach and DetachInterface refuse to touch
+// it unless Force is set. The error (ErrForeign) says what is there and
+// how to override. (A name or tag match would not do: `ip link` loading
+// the same object gives a program with our name and tag.)
 //
 // # Pins
 //
@@ -33,8 +35,12 @@
 // PinRoot/IFNAME/ (default /sys/fs/bpf/xdpdrop/IFNAME/), an owner-only
 // directory; bpffs is mounted at /sys/fs/bpf if absent. The directory is
 // filled under a temporary name and renamed into place, so it is either
-// complete or absent. Open reopens a pinned attachment in another process;
-// Status and CleanStale find pins whose interface or attachment is gone.
+// complete or absent. bpffs refuses names with dots, so dots (and '%',
+// ':') in interface and map names are %-escaped (eth0.100 -> eth0%2e100).
+// Open reopens a pinned attachment in another process; Status reports
+// pins whose interface or attachment is gone and CleanStale removes them.
+// Pins whose link still runs on an interface that was since renamed are
+// not stale: removing them would detach it.
 //
 // # Lifetime
 //

@@ -52,7 +52,7 @@ func (a *Attachment) replace(prog *ebpf.Program, config map[string]string) (err 
 	}
 	meta := a.meta
 	meta.Config = config
-	meta.ReplacedAt = time.Now().UTC().Truncate(time.Second)
+	meta.ReplacedAt = time.Now().UTC()
 	mm, err := newMetaMap(meta)
 	if err != nil {
 		np.Close()
