@@ -236,3 +236,32 @@ func TestRenamedInterface(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{filepath.Join(root, v.Name)}, removed)
 }
+
+// TestPinDottedName: bpffs refuses names with dots; an interface called
+// like a VLAN (NAME.5: the veth renamed, as this kernel has no 8021q) is
+// pinned under an escaped name and found again.
+func TestPinDottedName(t *testing.T) {
+	v := testenv.NewVeth(t, testenv.VethOptions{})
+	root := testenv.TempPinDir(t)
+	objs := loadBasic(t, gen.BasicVerdictVERDICT_PASS)
+	vlan := v.Name + ".5"
+	out, err := exec.Command("ip", "link", "set", "dev", v.Name, "name", vlan).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	t.Cleanup(func() { // testenv removes the pair by its first name
+		exec.Command("ip", "link", "set", "dev", vlan, "name", v.Name).Run()
+	})
+
+	a, err := loader.Attach(objs.XdpPass, loader.Options{Interface: vlan, Pin: true, PinRoot: root,
+		Maps: map[string]*ebpf.Map{"verdicts.v1": objs.Verdicts}})
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(root, v.Name+"%2e5"), a.PinDir())
+	require.NoError(t, a.Close())
+	st := statusOf(t, vlan, root)
+	require.Len(t, st.Programs, 1)
+	require.True(t, st.Programs[0].Pinned)
+	b, err := loader.Open(vlan, root)
+	require.NoError(t, err)
+	require.NotNil(t, b.Map("verdicts.v1"))
+	require.NoError(t, b.Detach())
+	requireClean(t, vlan, root)
+}
