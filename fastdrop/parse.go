@@ -141,8 +141,14 @@ func parseString(s, name string) (*RuleSet, error) {
 			continue
 		}
 
-		r, perr := p.rule()
-		if perr != nil {
+		// The rule is parsed in place: copying a Rule into the slice
+		// while the garbage collector runs costs a write barrier over
+		// the whole struct. The slot is still zero, since the capacity
+		// (one per line) is never exceeded and slots are never reused.
+		n := len(rs.Rules)
+		rs.Rules = rs.Rules[:n+1]
+		r := &rs.Rules[n]
+		if perr := p.rule(r); perr != nil {
 			return nil, perr
 		}
 		if err := r.Validate(); err != nil {
@@ -161,7 +167,6 @@ func parseString(s, name string) (*RuleSet, error) {
 				return nil, e
 			}
 		}
-		rs.Rules = append(rs.Rules, r)
 	}
 	// Duplicates are checked after the whole file, so a syntax error later
 	// in the file is reported before a repeated prefix.
@@ -293,12 +298,12 @@ func splitFields(dst []string, line string) []string {
 	return dst
 }
 
-// rule parses p.toks as "ACTION MATCH...".
-func (p *parser) rule() (Rule, *ParseError) {
-	r := Rule{Line: p.line}
+// rule parses p.toks as "ACTION MATCH..." into r, which is zero.
+func (p *parser) rule(r *Rule) *ParseError {
+	r.Line = p.line
 	a, err := ParseAction(p.toks[0])
 	if err != nil {
-		return r, p.errorf("unknown action %q (%s)", p.toks[0], wantAction)
+		return p.errorf("unknown action %q (%s)", p.toks[0], wantAction)
 	}
 	r.Action = a
 
@@ -322,33 +327,33 @@ func (p *parser) rule() (Rule, *ParseError) {
 				seen, dst = &seenDst, &r.Dst
 			}
 			if e := p.once(field, seen); e != nil {
-				return r, e
+				return e
 			}
 			if !hasValue {
-				return r, p.errorf("%s needs a value (want an address or prefix, e.g. %s 192.0.2.0/24, %s 2001:db8::/32 or %s 192.0.2.1)", field, field, field, field)
+				return p.errorf("%s needs a value (want an address or prefix, e.g. %s 192.0.2.0/24, %s 2001:db8::/32 or %s 192.0.2.1)", field, field, field, field)
 			}
 			toks = toks[1:]
 			pfx, msg := parsePrefix(v)
 			if msg != "" {
-				return r, p.errorf("%s %s: %s", field, v, msg)
+				return p.errorf("%s %s: %s", field, v, msg)
 			}
 			*dst = pfx
 		case "proto", "tcp", "udp", "icmp", "icmpv6":
 			if field == "proto" {
 				if !hasValue {
-					return r, p.errorf("proto needs a value (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)")
+					return p.errorf("proto needs a value (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)")
 				}
 				toks = toks[1:]
 			} else {
 				v = field
 			}
 			if protoTok != "" {
-				return r, p.errorf("protocol given twice (%q, then %q; each field at most once per rule, write two rules to match either)", protoTok, v)
+				return p.errorf("protocol given twice (%q, then %q; each field at most once per rule, write two rules to match either)", protoTok, v)
 			}
 			protoTok = v
 			n, ok := parseProto(v)
 			if !ok {
-				return r, p.errorf("unknown protocol %q (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)", v)
+				return p.errorf("unknown protocol %q (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)", v)
 			}
 			r.Proto, r.HasProto = n, true
 		case "sport", "dport":
@@ -357,43 +362,43 @@ func (p *parser) rule() (Rule, *ParseError) {
 				seen, dst = &seenDport, &r.DstPort
 			}
 			if e := p.once(field, seen); e != nil {
-				return r, e
+				return e
 			}
 			if !hasValue {
-				return r, p.errorf("%s needs a value (want a port 0-65535 or a range like 1024-65535)", field)
+				return p.errorf("%s needs a value (want a port 0-65535 or a range like 1024-65535)", field)
 			}
 			toks = toks[1:]
 			pr, msg := parsePortRange(v)
 			if msg != "" {
-				return r, p.errorf("%s %s: %s", field, v, msg)
+				return p.errorf("%s %s: %s", field, v, msg)
 			}
 			*dst = pr
 		case "ether":
 			if e := p.once(field, &seenEther); e != nil {
-				return r, e
+				return e
 			}
 			if !hasValue {
-				return r, p.errorf("ether needs a value (want arp, lldp, ipv4, ipv6 or a hex EtherType like 0x88cc)")
+				return p.errorf("ether needs a value (want arp, lldp, ipv4, ipv6 or a hex EtherType like 0x88cc)")
 			}
 			toks = toks[1:]
 			t, msg := parseEtherType(v)
 			if msg != "" {
-				return r, p.errorf("ether %s: %s", v, msg)
+				return p.errorf("ether %s: %s", v, msg)
 			}
 			r.EtherType = t
 		case "frag":
 			if e := p.once(field, &seenFrag); e != nil {
-				return r, e
+				return e
 			}
 			r.Fragment = true
 		default:
 			if _, err := ParseAction(field); err == nil {
-				return r, p.errorf("unexpected %q: the action comes first and only once per line", field)
+				return p.errorf("unexpected %q: the action comes first and only once per line", field)
 			}
-			return r, p.errorf("unknown field %q (%s)", field, wantFields)
+			return p.errorf("unknown field %q (%s)", field, wantFields)
 		}
 	}
-	return r, nil
+	return nil
 }
 
 // once records that field was seen, or reports that it was seen before.
