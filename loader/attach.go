@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -80,6 +81,16 @@ func (a *Attachment) Reason() string { return a.Meta().Reason }
 
 // PinDir is the directory of the attachment's pins, "" if not pinned.
 func (a *Attachment) PinDir() string { return a.pinDir }
+
+// MapsDir is the directory in which the maps of Options.Maps are pinned,
+// each under its own name (escaped like interface names), "" if not
+// pinned. A package that pins nothing itself can reopen its maps there.
+func (a *Attachment) MapsDir() string {
+	if a.pinDir == "" {
+		return ""
+	}
+	return filepath.Join(a.pinDir, pinMaps)
+}
 
 // Meta is what the attachment records about itself.
 func (a *Attachment) Meta() Meta {
