@@ -1,0 +1,154 @@
+package xsk_test
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/xdpdrop/xdpdrop/internal/frames"
+	"github.com/xdpdrop/xdpdrop/internal/testenv"
+	"github.com/xdpdrop/xdpdrop/pktgen"
+	"github.com/xdpdrop/xdpdrop/xsk"
+)
+
+// env is a veth pair with the redirect program attached natively to the
+// host end, where the sockets under test bind; traffic comes from the peer.
+type env struct {
+	veth *testenv.Veth
+	red  *xsk.Redirect
+	gen  *pktgen.Generator
+}
+
+func newEnv(t *testing.T, queues int, ropts xsk.RedirectOptions) *env {
+	t.Helper()
+	if runtime.NumCPU() < 2 {
+		testenv.SkipOrFail(t, "needs 2 CPUs to steer frames to two veth queues (have %d)", runtime.NumCPU())
+	}
+	v := testenv.NewVeth(t, testenv.VethOptions{Queues: queues})
+	red, err := xsk.NewRedirect(ropts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := red.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	l, err := link.AttachXDP(link.XDPOptions{Program: red.Program(), Interface: v.Index, Flags: link.XDPDriverMode})
+	if err != nil {
+		t.Fatalf("attach redirect program to %s: %v", v.Name, err)
+	}
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	e := &env{veth: v, red: red}
+	if err := v.InPeerNS(func() error {
+		g, err := pktgen.New(pktgen.Options{})
+		e.gen = g
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.gen.Close() })
+	return e
+}
+
+// send transmits each frame count times from the peer into the host end,
+// on a thread pinned to cpu: veth hands frames that arrive by XDP_TX to rx
+// queue (sending CPU mod queue count), so cpu picks the queue.
+func (e *env) send(t *testing.T, cpu int, count uint32, fs ...[]byte) {
+	t.Helper()
+	err := e.veth.InPeerNS(func() error {
+		var old unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &old); err != nil {
+			return err
+		}
+		var set unix.CPUSet
+		set.Set(cpu)
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			return fmt.Errorf("pin to CPU %d: %w", cpu, err)
+		}
+		defer unix.SchedSetaffinity(0, &old)
+		for _, f := range fs {
+			if _, err := e.gen.Send(e.veth.PeerIndex, f, count, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// open opens a socket on the host end.
+func (e *env) open(t *testing.T, opts xsk.Options) *xsk.Socket {
+	t.Helper()
+	opts.Ifindex = e.veth.Index
+	s, err := xsk.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := e.red.Register(s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// udp builds a UDP frame from the peer to the host end with a payload that
+// makes it unique.
+func (e *env) udp(sport, dport uint16, id int, size int) []byte {
+	f := frames.UDP4("198.18.0.2", "198.18.0.1", sport, dport, size)
+	b := f.Bytes
+	copy(b[0:6], e.veth.MAC)
+	copy(b[6:12], e.veth.PeerMAC)
+	if size >= 4 {
+		p := b[f.Payload:]
+		p[0], p[1], p[2], p[3] = byte(id>>24), byte(id>>16), byte(id>>8), byte(id)
+	}
+	return b
+}
+
+// receive collects frames from s until want have arrived or the deadline
+// passes, copying them out and releasing them.
+func receive(t *testing.T, s *xsk.Socket, want int, timeout time.Duration) [][]byte {
+	t.Helper()
+	var got [][]byte
+	buf := make([]xsk.Frame, 64)
+	deadline := time.Now().Add(timeout)
+	for len(got) < want && time.Now().Before(deadline) {
+		n, err := s.Receive(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			if err := s.Wait(10 * time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		for _, f := range buf[:n] {
+			got = append(got, append([]byte(nil), f.Data...))
+		}
+		if err := s.Release(buf[:n]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return got
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(m.Run())
+}

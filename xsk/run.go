@@ -1,0 +1,247 @@
+package xsk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Verdict is what Run does with a received frame once the handler returns.
+type Verdict uint8
+
+const (
+	// Release gives the frame back for receiving (the zero value).
+	Release Verdict = iota
+	// Transmit sends the frame's Data out of the same socket, without a
+	// copy: the handler may rewrite, shorten or grow Data first.
+	Transmit
+	// Keep leaves the frame with the application, which must later
+	// Release or Transmit it from the goroutine running Run (for
+	// example from a later handler call).
+	Keep
+)
+
+// Handler processes one batch of received frames. verdicts has one entry
+// per frame, all Release when the handler is called; the handler sets the
+// ones it wants otherwise. The frames and the slices are valid only until
+// the handler returns (except frames marked Keep). A non-nil error stops
+// Run, which returns it after acting on the verdicts.
+type Handler func(frames []Frame, verdicts []Verdict) error
+
+// txRetries bounds how often Run retries a full TX ring before it drops the
+// rest of a batch (counted in Stats.TxDropped).
+const txRetries = 1000
+
+// Run receives batches of up to Options.Batch frames and hands each to h
+// until ctx is done, h returns an error, or the socket is closed. Between
+// batches it reaps transmit completions and refills the fill ring; when the
+// RX ring is empty it waits as Options.Wait says. Run returns nil when ctx
+// is done or the socket was closed, h's error if h failed, else the error
+// that stopped it.
+//
+// Run occupies the calling goroutine, which becomes the goroutine driving
+// the socket: the handler may call the socket's methods.
+func (s *Socket) Run(ctx context.Context, h Handler) error {
+	if !s.runMu.TryLock() {
+		return fmt.Errorf("xsk: Run on ifindex %d queue %d: %w", s.ifindex, s.queue, errRunning)
+	}
+	defer s.runMu.Unlock()
+	if s.closed.Load() || s.closing.Load() {
+		return nil
+	}
+	var stop atomic.Bool
+	unregister := context.AfterFunc(ctx, func() {
+		stop.Store(true)
+		s.closeMu.Lock()
+		if !s.closed.Load() {
+			s.wakePoll()
+		}
+		s.closeMu.Unlock()
+	})
+	defer unregister()
+	s.drainEventfd()
+
+	frames, verdicts := s.rxBuf, s.verdicts
+	var spinStart time.Time
+	for !stop.Load() && !s.closing.Load() {
+		if s.txInFlight > 0 {
+			if _, err := s.Complete(); err != nil {
+				return err
+			}
+		}
+		if s.wait == WaitPoll {
+			if err := s.poll(s.pollTimeout()); err != nil {
+				return err
+			}
+		}
+		n, err := s.Receive(frames)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			if err := s.idle(&spinStart); err != nil {
+				return err
+			}
+			continue
+		}
+		spinStart = time.Time{}
+		clear(verdicts[:n])
+		herr := h(frames[:n], verdicts[:n])
+		if err := s.dispatch(frames[:n], verdicts[:n], &stop); err != nil {
+			return errors.Join(herr, err)
+		}
+		if herr != nil {
+			return herr
+		}
+	}
+	return nil
+}
+
+var errRunning = errors.New("Run is already in progress on this socket")
+
+// idle is what Run does when the RX ring is empty.
+func (s *Socket) idle(spinStart *time.Time) error {
+	if err := s.wakeRX(); err != nil {
+		return err
+	}
+	switch s.wait {
+	case WaitSpin, WaitPoll:
+		return nil
+	case WaitAdaptive:
+		now := time.Now()
+		if spinStart.IsZero() {
+			*spinStart = now
+			return nil
+		}
+		if now.Sub(*spinStart) < s.spinFor {
+			return nil
+		}
+	}
+	*spinStart = time.Time{}
+	return s.poll(s.pollTimeout())
+}
+
+// pollTimeout is -1 (no timeout) unless frames are out for transmission:
+// their completions refill the free list and do not wake poll(), so then
+// Run looks again after a millisecond.
+func (s *Socket) pollTimeout() int {
+	if s.txInFlight > 0 {
+		return 1
+	}
+	return -1
+}
+
+// dispatch acts on the handler's verdicts.
+func (s *Socket) dispatch(frames []Frame, verdicts []Verdict, stop *atomic.Bool) error {
+	all := true
+	for _, v := range verdicts {
+		if v != Release {
+			all = false
+			break
+		}
+	}
+	if all {
+		return s.Release(frames)
+	}
+	rel, tx := s.relBuf[:0], s.txBuf[:0]
+	for i, v := range verdicts {
+		switch v {
+		case Release:
+			rel = append(rel, frames[i])
+		case Transmit:
+			tx = append(tx, frames[i])
+		case Keep:
+		default:
+			return fmt.Errorf("xsk: handler returned verdict %d for frame %d: %w", v, i, ErrInvalidOptions)
+		}
+	}
+	var errs []error
+	for sent, tries := 0, 0; sent < len(tx); tries++ {
+		k, err := s.Transmit(tx[sent:])
+		sent += k
+		if err != nil {
+			errs = append(errs, err)
+			if errors.Is(err, ErrInvalidFrame) {
+				sent++ // not ours to release either
+				continue
+			}
+			rel = append(rel, tx[sent:]...)
+			break
+		}
+		if sent == len(tx) {
+			break
+		}
+		if tries == txRetries || stop.Load() || s.closing.Load() {
+			s.c.txDropped.Add(uint64(len(tx) - sent))
+			rel = append(rel, tx[sent:]...)
+			break
+		}
+		if _, err := s.Complete(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(rel) > 0 {
+		if err := s.Release(rel); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Wait blocks until the RX ring has frames, timeout passes (a negative
+// timeout waits indefinitely), or the socket is closed (ErrClosed).
+func (s *Socket) Wait(timeout time.Duration) error {
+	if s.closed.Load() || s.closing.Load() {
+		return ErrClosed
+	}
+	if s.rx.avail(1) > 0 {
+		return nil
+	}
+	if err := s.wakeRX(); err != nil {
+		return err
+	}
+	ms := -1
+	if timeout >= 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	if err := s.poll(ms); err != nil {
+		return err
+	}
+	if s.closing.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// poll sleeps in poll() until the RX ring has frames, the eventfd is
+// written (Close, a cancelled context), or timeout milliseconds pass.
+func (s *Socket) poll(timeout int) error {
+	s.c.polls.Add(1)
+	s.pollFds[0].Revents, s.pollFds[1].Revents = 0, 0
+	_, err := unix.Poll(s.pollFds[:], timeout)
+	if err != nil && err != unix.EINTR {
+		return fmt.Errorf("xsk: poll ifindex %d queue %d: %w", s.ifindex, s.queue, err)
+	}
+	if s.pollFds[1].Revents != 0 {
+		s.drainEventfd()
+	}
+	return nil
+}
+
+// wakePoll interrupts a poll() in progress (or the next one). The caller
+// guarantees the eventfd is open.
+func (s *Socket) wakePoll() {
+	if s.evfd < 0 {
+		return
+	}
+	one := [8]byte{1}
+	_, _ = unix.Write(s.evfd, one[:])
+}
+
+func (s *Socket) drainEventfd() {
+	_, _ = unix.Read(s.evfd, s.evbuf[:])
+}

@@ -1,0 +1,79 @@
+package xsk
+
+import "fmt"
+
+// KernelStats are the kernel's counters for a socket (XDP_STATISTICS).
+type KernelStats struct {
+	RxDropped            uint64 // frames dropped for other reasons than below
+	RxInvalidDescs       uint64 // fill ring entries the kernel rejected
+	TxInvalidDescs       uint64 // TX descriptors the kernel rejected
+	RxRingFull           uint64 // frames dropped because the RX ring was full: the consumer was too slow
+	RxFillRingEmptyDescs uint64 // times the kernel found the fill ring empty
+	TxRingEmptyDescs     uint64 // times the kernel found the TX ring empty when woken
+	// Fields is how many counters the kernel filled in: 6, or 3 on
+	// kernels before 5.9 (then the last three read 0).
+	Fields int
+}
+
+// Stats are a socket's counters: the kernel's, and the socket's own. All
+// are totals since Open.
+type Stats struct {
+	Kernel KernelStats
+
+	RxFrames  uint64 // frames received (returned by Receive)
+	RxBytes   uint64
+	RxBatches uint64 // non-empty Receive calls
+	TxFrames  uint64 // frames queued by Transmit
+	TxBytes   uint64
+	Completed uint64 // transmitted frames the kernel handed back
+	TxDropped uint64 // frames Run released because the TX ring stayed full
+
+	FillSubmitted uint64 // frames put on the fill ring
+	Released      uint64 // frames given back with Release
+	Allocated     uint64 // frames taken with Alloc
+
+	TxKicks   uint64 // sendto() calls that started transmission
+	TxBusy    uint64 // of those, how many stopped before the TX ring was empty
+	RxWakeups uint64 // recvfrom() calls: need_wakeup on the fill ring, or busy polling
+	Polls     uint64 // poll() calls
+}
+
+// Stats returns the socket's counters. It may be called from any
+// goroutine, also while Run is in progress.
+func (s *Socket) Stats() (Stats, error) {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed.Load() {
+		return Stats{}, ErrClosed
+	}
+	st, fields, err := getStatistics(s.fd)
+	if err != nil {
+		return Stats{}, fmt.Errorf("xsk: read XDP_STATISTICS: %w", err)
+	}
+	c := &s.c
+	return Stats{
+		Kernel: KernelStats{
+			RxDropped:            st.Rx_dropped,
+			RxInvalidDescs:       st.Rx_invalid_descs,
+			TxInvalidDescs:       st.Tx_invalid_descs,
+			RxRingFull:           st.Rx_ring_full,
+			RxFillRingEmptyDescs: st.Rx_fill_ring_empty_descs,
+			TxRingEmptyDescs:     st.Tx_ring_empty_descs,
+			Fields:               fields,
+		},
+		RxFrames:      c.rxFrames.Load(),
+		RxBytes:       c.rxBytes.Load(),
+		RxBatches:     c.rxBatches.Load(),
+		TxFrames:      c.txFrames.Load(),
+		TxBytes:       c.txBytes.Load(),
+		Completed:     c.completed.Load(),
+		TxDropped:     c.txDropped.Load(),
+		FillSubmitted: c.fillSubmitted.Load(),
+		Released:      c.released.Load(),
+		Allocated:     c.allocated.Load(),
+		TxKicks:       c.txKicks.Load(),
+		TxBusy:        c.txBusy.Load(),
+		RxWakeups:     c.rxWakeups.Load(),
+		Polls:         c.polls.Load(),
+	}, nil
+}
