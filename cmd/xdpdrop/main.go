@@ -89,12 +89,15 @@ queue is doing.`,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
 	}
+	// Subcommands inherit this: every bad flag is a usage error (exit 2).
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
+		a.dropCmd(),
+		a.rulesCmd(),
+		a.statusCmd(),
+		a.statsCmd(),
+		a.detachCmd(),
 		a.genCmd(),
 	)
-	for _, c := range root.Commands() {
-		c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	}
 	return root
 }

@@ -45,3 +45,6 @@ func bitRate(bps float64) string {
 		return fmt.Sprintf("%.0f bit/s", bits)
 	}
 }
+
+// jsonMarshal is json.Marshal, compact, for JSON lines.
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

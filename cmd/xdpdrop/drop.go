@@ -1,0 +1,256 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xdpdrop/xdpdrop/fastdrop"
+	"github.com/xdpdrop/xdpdrop/loader"
+)
+
+// programFastdrop is the Config["program"] value of fast-drop attachments.
+const programFastdrop = "fastdrop"
+
+type dropFlags struct {
+	iface, mode, rules, policy, malformed string
+	deny                                  []string
+	force, jsonOut                        bool
+}
+
+// dropResult is the JSON shape of `xdpdrop drop --json`.
+type dropResult struct {
+	Interface string `json:"interface"`
+	Mode      string `json:"mode"`
+	Reason    string `json:"reason,omitempty"`
+	Replaced  bool   `json:"replaced"` // rules replaced on an existing attachment
+	Rules     int    `json:"rules"`
+	Compound  int    `json:"compound_rules"`
+	Prefixes  int    `json:"prefix_rules"`
+	Policy    string `json:"policy"`
+	Malformed string `json:"malformed"`
+	PinDir    string `json:"pin_dir"`
+}
+
+func (a *app) dropCmd() *cobra.Command {
+	f := &dropFlags{}
+	cmd := &cobra.Command{
+		Use:   "drop --iface IF [--rules FILE] [--deny PREFIX]... [flags]",
+		Short: "Attach fast drop with a rule set, or replace the rules of the one attached",
+		Long: `drop attaches the fast-drop XDP program to an interface with the rules of
+--rules and --deny, and pins it, so it keeps running after the command
+returns. Run it again on the same interface to replace the whole rule set
+atomically: every packet is judged by the old rules or the new ones, never a
+mix, and rules that stay keep their counters.
+
+Rule syntax: docs/RULES.md. Detach with 'xdpdrop detach --iface IF'.`,
+		Example: `  xdpdrop drop --iface eth3 --rules attack.rules
+  xdpdrop drop --iface eth3 --deny 203.0.113.0/24 --deny 2001:db8:bad::/48
+  xdpdrop drop --iface eth3 --rules allow.rules --policy drop --mode driver`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.drop(f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.iface, "iface", "", "interface to attach to (required)")
+	fl.StringVar(&f.mode, "mode", "auto", "driver, generic or auto (driver where the device supports it)")
+	fl.StringVar(&f.rules, "rules", "", "rule file (docs/RULES.md)")
+	fl.StringArrayVar(&f.deny, "deny", nil, "drop frames from this source prefix (repeatable)")
+	fl.StringVar(&f.policy, "policy", "", "verdict when no rule matches: pass or drop (overrides the file)")
+	fl.StringVar(&f.malformed, "malformed", "", "verdict for malformed frames: pass or drop (overrides the file)")
+	fl.BoolVar(&f.force, "force", false, "replace a program that is not ours")
+	fl.BoolVar(&f.jsonOut, "json", false, "print the result as JSON")
+	_ = cmd.MarkFlagRequired("iface")
+	return cmd
+}
+
+// ruleSetFromFlags reads --rules and adds --deny, --policy, --malformed.
+func ruleSetFromFlags(rules string, deny []string, policy, malformed string) (*fastdrop.RuleSet, error) {
+	rs := &fastdrop.RuleSet{}
+	if rules != "" {
+		var err error
+		if rs, err = fastdrop.ParseFile(rules); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range deny {
+		p, err := parsePrefix(d)
+		if err != nil {
+			return nil, usagef("--deny %q: %v", d, err)
+		}
+		rs.Rules = append(rs.Rules, fastdrop.PrefixRules(fastdrop.ActionDrop, []netip.Prefix{p})...)
+	}
+	for _, v := range []struct {
+		flag, val string
+		dst       *fastdrop.Action
+	}{{"policy", policy, &rs.Policy}, {"malformed", malformed, &rs.Malformed}} {
+		if v.val == "" {
+			continue
+		}
+		act, err := fastdrop.ParseAction(v.val)
+		if err != nil || act == fastdrop.ActionRedirect {
+			return nil, usagef("--%s %q: want pass or drop", v.flag, v.val)
+		}
+		*v.dst = act
+	}
+	if err := rs.Validate(); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// parsePrefix accepts a prefix or a bare address (a host route).
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return p, fmt.Errorf("not an IPv4 or IPv6 prefix")
+		}
+		return p.Masked(), nil
+	}
+	addr, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("not an IPv4 or IPv6 address or prefix")
+	}
+	return netip.PrefixFrom(addr, addr.BitLen()), nil
+}
+
+func (a *app) drop(f *dropFlags) error {
+	mode, err := loader.ParseMode(f.mode)
+	if err != nil {
+		return usagef("--mode %q: want driver, generic or auto", f.mode)
+	}
+	if f.rules == "" && len(f.deny) == 0 && f.policy == "" {
+		return usagef("give rules: --rules FILE, --deny PREFIX, or at least --policy")
+	}
+	rs, err := ruleSetFromFlags(f.rules, f.deny, f.policy, f.malformed)
+	if err != nil {
+		return err
+	}
+	res := dropResult{Interface: f.iface, Policy: rs.EffectivePolicy().String(), Malformed: rs.EffectiveMalformed().String()}
+	for _, r := range rs.Rules {
+		if r.IsPrefixOnly() {
+			res.Prefixes++
+		} else {
+			res.Compound++
+		}
+	}
+	res.Rules = len(rs.Rules)
+
+	// Already ours? Replace the rules in place.
+	att, eng, err := openDrop(f.iface)
+	switch {
+	case err == nil:
+		defer att.Close()
+		defer eng.Close()
+		if err := eng.Apply(rs); err != nil {
+			return fmt.Errorf("replace the rules on %s: %w", f.iface, err)
+		}
+		res.Replaced, res.Mode, res.Reason, res.PinDir = true, att.Mode().String(), att.Reason(), att.PinDir()
+		return a.printDrop(res, f.jsonOut)
+	case !errors.Is(err, loader.ErrNotPinned):
+		return err
+	}
+
+	eng, err = fastdrop.New(fastdrop.CapacityFor(rs, 2))
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	if err := eng.Apply(rs); err != nil {
+		return err
+	}
+	att, err = loader.Attach(eng.Program(), loader.Options{
+		Interface: f.iface,
+		Mode:      mode,
+		Pin:       true,
+		Maps:      eng.Maps(),
+		Force:     f.force,
+		Config:    map[string]string{"program": programFastdrop, "requested_mode": mode.String()},
+	})
+	if err != nil {
+		return err
+	}
+	defer att.Close()
+	res.Mode, res.Reason, res.PinDir = att.Mode().String(), att.Reason(), att.PinDir()
+	return a.printDrop(res, f.jsonOut)
+}
+
+func (a *app) printDrop(res dropResult, jsonOut bool) error {
+	if jsonOut {
+		return writeJSON(a.stdout, res)
+	}
+	verb := "attached fast drop to"
+	if res.Replaced {
+		verb = "replaced the rules on"
+	}
+	fmt.Fprintf(a.stdout, "%s %s in %s mode: %d rules (%d compound, %d prefix), policy %s, malformed %s\n",
+		verb, res.Interface, res.Mode, res.Rules, res.Compound, res.Prefixes, res.Policy, res.Malformed)
+	if res.Reason != "" && !res.Replaced {
+		fmt.Fprintf(a.stdout, "(%s)\n", res.Reason)
+	}
+	return nil
+}
+
+// openDrop reopens the pinned fast-drop attachment of iface and its engine.
+// It wraps loader.ErrNotPinned when nothing of ours is pinned there.
+func openDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
+	att, err := loader.Open(iface, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	if p := att.Meta().Config["program"]; p != programFastdrop {
+		att.Close()
+		return nil, nil, fmt.Errorf("%s runs xdpdrop's %q program, not fast drop: detach it first ('xdpdrop detach --iface %s')", iface, p, iface)
+	}
+	eng, err := fastdrop.Open(att.MapsDir())
+	if err != nil {
+		return nil, nil, errors.Join(err, att.Close())
+	}
+	return att, eng, nil
+}
+
+// needDrop is openDrop for commands that need fast drop to be there.
+func needDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
+	att, eng, err := openDrop(iface)
+	if errors.Is(err, loader.ErrNotPinned) {
+		return nil, nil, fmt.Errorf("no fast drop on %s: attach it with 'xdpdrop drop --iface %s --rules FILE'", iface, iface)
+	}
+	return att, eng, err
+}
+
+func (a *app) detachCmd() *cobra.Command {
+	var iface string
+	var force, jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "detach --iface IF [--force]",
+		Short: "Detach xdpdrop's program from an interface and remove its pins",
+		Long: `detach removes the XDP program xdpdrop attached to an interface, and its
+pins in bpffs. A program attached by something else (ip link, xdp-loader,
+another tool) is left alone unless --force is given.`,
+		Example: `  xdpdrop detach --iface eth3
+  xdpdrop detach --iface eth3 --force   # also a program that is not ours`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := loader.DetachInterface(iface, loader.DetachOptions{Force: force}); err != nil {
+				return err
+			}
+			if jsonOut {
+				return writeJSON(a.stdout, map[string]any{"interface": iface, "detached": true})
+			}
+			fmt.Fprintf(a.stdout, "detached from %s\n", iface)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&iface, "iface", "", "interface (required)")
+	cmd.Flags().BoolVar(&force, "force", false, "detach a program that is not ours too")
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the result as JSON")
+	_ = cmd.MarkFlagRequired("iface")
+	return cmd
+}
+
+// itoa is strconv.Itoa, short for tables.
+func itoa(n int) string { return strconv.Itoa(n) }
