@@ -98,6 +98,7 @@ queue is doing.`,
 		a.statsCmd(),
 		a.detachCmd(),
 		a.genCmd(),
+		a.demoCmd(),
 	)
 	return root
 }

@@ -30,6 +30,8 @@ type ifaceStats struct {
 	Time      time.Time    `json:"time"`
 	Verdicts  []verdictRow `json:"verdicts"`
 	Rules     []ruleRate   `json:"rules"`
+
+	rated bool // rates were computed (there was an earlier sample)
 }
 
 type ruleRate struct {
@@ -181,6 +183,7 @@ func addRates(cur, prev *ifaceStats) {
 	if dt <= 0 {
 		return
 	}
+	cur.rated = true
 	for i := range cur.Verdicts {
 		p := prev.Verdicts[i]
 		cur.Verdicts[i].PPS = float64(cur.Verdicts[i].Packets-p.Packets) / dt
@@ -206,7 +209,9 @@ func printStats(w io.Writer, st *ifaceStats, watch bool, top int) {
 		fmt.Fprintln(tw, "  VERDICT\tPACKETS\tBYTES\t")
 	}
 	for _, v := range st.Verdicts {
-		if watch {
+		if watch && !st.rated {
+			fmt.Fprintf(tw, "  %s\t%d\t%d\t-\t\n", v.Verdict, v.Packets, v.Bytes)
+		} else if watch {
 			fmt.Fprintf(tw, "  %s\t%d\t%d\t%s, %s\t\n", v.Verdict, v.Packets, v.Bytes, rate(v.PPS), bitRate(v.BPS))
 		} else {
 			fmt.Fprintf(tw, "  %s\t%d\t%d\t\n", v.Verdict, v.Packets, v.Bytes)
@@ -243,7 +248,9 @@ func printStats(w io.Writer, st *ifaceStats, watch bool, top int) {
 		fmt.Fprintln(tw, "  #\tRULE\tPACKETS\tBYTES\t")
 	}
 	for _, r := range rules {
-		if watch {
+		if watch && !st.rated {
+			fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t-\t\n", r.Index+1, r.Rule, r.Packets, r.Bytes)
+		} else if watch {
 			fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%s\t\n", r.Index+1, r.Rule, r.Packets, r.Bytes, rate(r.PPS))
 		} else {
 			fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t\n", r.Index+1, r.Rule, r.Packets, r.Bytes)
