@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cilium/ebpf/link"
@@ -23,6 +24,10 @@ var xdpdropBin string
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "xdpdrop-cli")
 	if err != nil {
+		panic(err)
+	}
+	// Readable by all: one test runs the binary as an unprivileged user.
+	if err := os.Chmod(dir, 0o755); err != nil {
 		panic(err)
 	}
 	xdpdropBin = filepath.Join(dir, "xdpdrop")
@@ -125,4 +130,22 @@ func TestCLIGen(t *testing.T) {
 	got := sumVerdict(t, objs.Verdicts, gen.BasicVerdictVERDICT_DROP)
 	require.GreaterOrEqual(t, got.Packets, uint64(50000))
 	require.GreaterOrEqual(t, got.Bytes, uint64(50000*128))
+}
+
+// cliAs runs the CLI as another user, with no capabilities.
+func cliAs(t *testing.T, uid uint32, args ...string) cliResult {
+	t.Helper()
+	cmd := exec.Command(xdpdropBin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return cliResult{out.String(), errb.String(), code}
 }

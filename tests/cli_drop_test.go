@@ -1,0 +1,298 @@
+package tests
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf/link"
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+
+	"github.com/xdpdrop/xdpdrop/gen"
+	"github.com/xdpdrop/xdpdrop/internal/testenv"
+	"github.com/xdpdrop/xdpdrop/loader"
+)
+
+// The JSON shapes the CLI documents, as a user's script would read them.
+type jsonRule struct {
+	Index   int    `json:"index"`
+	Rule    string `json:"rule"`
+	Kind    string `json:"kind"`
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+type jsonStats struct {
+	Interface string `json:"interface"`
+	Mode      string `json:"mode"`
+	Verdicts  []struct {
+		Verdict string  `json:"verdict"`
+		Packets uint64  `json:"packets"`
+		PPS     float64 `json:"pps"`
+	} `json:"verdicts"`
+	Rules []jsonRule `json:"rules"`
+}
+
+func (s jsonStats) verdict(name string) uint64 {
+	for _, v := range s.Verdicts {
+		if v.Verdict == name {
+			return v.Packets
+		}
+	}
+	return 0
+}
+
+func (s jsonStats) rule(text string) (jsonRule, bool) {
+	for _, r := range s.Rules {
+		if r.Rule == text {
+			return r, true
+		}
+	}
+	return jsonRule{}, false
+}
+
+func writeRules(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "test.rules")
+	require.NoError(t, os.WriteFile(p, []byte(text), 0o600))
+	return p
+}
+
+// sandboxForCLI makes a veth pair and makes sure that whatever the CLI
+// attaches and pins on it is gone when the test ends, pass or fail.
+func sandboxForCLI(t *testing.T) *testenv.Veth {
+	t.Helper()
+	testenv.RequireBPFFS(t)
+	v := testenv.NewVeth(t, testenv.VethOptions{})
+	t.Cleanup(func() { // runs before the veth is removed
+		_ = loader.DetachInterface(v.Name, loader.DetachOptions{})
+	})
+	return v
+}
+
+// send sends count UDP frames from the peer to dport with the CLI's gen.
+func send(t *testing.T, v *testenv.Veth, count, dport string) {
+	t.Helper()
+	r := cli(t, "gen", "--netns", v.NSName, "--iface", v.PeerName, "--count", count, "--dport", dport, "--quiet")
+	require.Equal(t, 0, r.code, r.stderr)
+}
+
+func statsJSON(t *testing.T, iface string) jsonStats {
+	t.Helper()
+	r := cli(t, "stats", "--iface", iface, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var s jsonStats
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &s), r.stdout)
+	return s
+}
+
+// TestCLIDropLifecycle is an operator's session: attach rules, see them
+// catch traffic, add a rule while it runs, replace the set, detach.
+func TestCLIDropLifecycle(t *testing.T) {
+	v := sandboxForCLI(t)
+	rules := writeRules(t, "policy pass\ndrop udp dport 11211\ndrop src 203.0.113.0/24\n")
+
+	r := cli(t, "drop", "--iface", v.Name, "--rules", rules, "--mode", "driver", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var res struct {
+		Interface string `json:"interface"`
+		Mode      string `json:"mode"`
+		Replaced  bool   `json:"replaced"`
+		Rules     int    `json:"rules"`
+		Compound  int    `json:"compound_rules"`
+		Prefixes  int    `json:"prefix_rules"`
+		Policy    string `json:"policy"`
+		PinDir    string `json:"pin_dir"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &res), r.stdout)
+	require.Equal(t, v.Name, res.Interface)
+	require.Equal(t, "driver", res.Mode)
+	require.False(t, res.Replaced)
+	require.Equal(t, 2, res.Rules)
+	require.Equal(t, 1, res.Compound)
+	require.Equal(t, 1, res.Prefixes)
+	require.Equal(t, "pass", res.Policy)
+	require.DirExists(t, res.PinDir)
+
+	// The program outlives the command: traffic is judged by it.
+	send(t, v, "1000", "11211")
+	send(t, v, "500", "53")
+	s := statsJSON(t, v.Name)
+	memcached, ok := s.rule("drop udp dport 11211")
+	require.True(t, ok, "rules: %+v", s.Rules)
+	require.Equal(t, uint64(1000), memcached.Packets, "the memcached rule caught every frame to 11211")
+	require.Equal(t, uint64(1000*64), memcached.Bytes)
+	require.GreaterOrEqual(t, s.verdict("drop"), uint64(1000))
+	require.GreaterOrEqual(t, s.verdict("pass"), uint64(500))
+
+	// Add a rule while it runs; the other rule keeps its counters.
+	r = cli(t, "rules", "add", "--iface", v.Name, "drop udp dport 53")
+	require.Equal(t, 0, r.code, r.stderr)
+	send(t, v, "500", "53")
+	r = cli(t, "rules", "list", "--iface", v.Name, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var list struct {
+		Interface string     `json:"interface"`
+		Policy    string     `json:"policy"`
+		Rules     []jsonRule `json:"rules"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list), r.stdout)
+	require.Len(t, list.Rules, 3)
+	byText := map[string]jsonRule{}
+	for _, jr := range list.Rules {
+		byText[jr.Rule] = jr
+	}
+	require.Equal(t, uint64(1000), byText["drop udp dport 11211"].Packets, "adding a rule keeps the others' counters")
+	require.Equal(t, uint64(500), byText["drop udp dport 53"].Packets)
+	require.Equal(t, "prefix", byText["drop src 203.0.113.0/24"].Kind)
+
+	// status shows ours, pinned, with the rule count.
+	r = cli(t, "status", "--iface", v.Name, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var st []struct {
+		Interface string `json:"interface"`
+		Rules     *int   `json:"rules"`
+		Programs  []struct {
+			Mode   string `json:"mode"`
+			Name   string `json:"name"`
+			Ours   bool   `json:"ours"`
+			Pinned bool   `json:"pinned"`
+		} `json:"programs"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
+	require.Len(t, st, 1)
+	require.Len(t, st[0].Programs, 1)
+	require.True(t, st[0].Programs[0].Ours)
+	require.True(t, st[0].Programs[0].Pinned)
+	require.Equal(t, "driver", st[0].Programs[0].Mode)
+	require.NotNil(t, st[0].Rules)
+	require.Equal(t, 3, *st[0].Rules)
+
+	// drop again: the whole set is replaced; a rule that stays keeps its counters.
+	rules2 := writeRules(t, "policy drop\ndrop udp dport 11211\npass udp dport 53\n")
+	r = cli(t, "drop", "--iface", v.Name, "--rules", rules2, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &res))
+	require.True(t, res.Replaced)
+	require.Equal(t, "drop", res.Policy)
+	s = statsJSON(t, v.Name)
+	memcached, _ = s.rule("drop udp dport 11211")
+	require.Equal(t, uint64(1000), memcached.Packets)
+	_, ok = s.rule("drop src 203.0.113.0/24")
+	require.False(t, ok, "the old set's prefix rule is gone")
+
+	// Text output is for people: a table with the rule.
+	r = cli(t, "stats", "--iface", v.Name)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "drop udp dport 11211")
+	require.Contains(t, r.stdout, "VERDICT")
+
+	r = cli(t, "detach", "--iface", v.Name)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoDirExists(t, res.PinDir)
+	l, err := netlink.LinkByName(v.Name)
+	require.NoError(t, err)
+	require.False(t, l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached, "no XDP program left on the interface")
+	r = cli(t, "stats", "--iface", v.Name)
+	requireOneLineError(t, r, 1, "no fast drop on "+v.Name)
+}
+
+func TestCLIDropBadInput(t *testing.T) {
+	v := sandboxForCLI(t)
+	bad := writeRules(t, "# attack\ndrop udp dport 11211\ndrop udp dprt 53\n")
+	r := cli(t, "drop", "--iface", v.Name, "--rules", bad)
+	requireOneLineError(t, r, 1, "test.rules:3: unknown field \"dprt\"")
+
+	r = cli(t, "drop", "--iface", "xdnosuch0", "--deny", "192.0.2.0/24")
+	requireOneLineError(t, r, 1, `interface "xdnosuch0": no such interface`)
+
+	r = cli(t, "drop", "--iface", v.Name, "--deny", "192.0.2.0/24", "--mode", "offload")
+	requireOneLineError(t, r, 1, "offload")
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"drop", "--iface", v.Name, "--deny", "192.0.2.0/33"}, `--deny "192.0.2.0/33"`},
+		{[]string{"drop", "--iface", v.Name, "--deny", "1.2.3.4", "--mode", "turbo"}, `--mode "turbo"`},
+		{[]string{"drop", "--iface", v.Name, "--deny", "1.2.3.4", "--policy", "maybe"}, `--policy "maybe": want pass or drop`},
+		{[]string{"drop", "--iface", v.Name}, "give rules"},
+		{[]string{"rules", "add", "--iface", v.Name, "drop udp sport"}, "argument 1"},
+		{[]string{"rules", "add", "--iface", v.Name, "policy drop"}, "want exactly one rule"},
+		{[]string{"rules", "replace", "--iface", v.Name, "drop udp dport 1"}, "give OLD and NEW rules"},
+	} {
+		requireOneLineError(t, cli(t, tc.args...), 2, tc.want)
+	}
+
+	// Commands that need fast drop say how to get it.
+	r = cli(t, "rules", "list", "--iface", v.Name)
+	requireOneLineError(t, r, 1, "xdpdrop drop --iface "+v.Name)
+
+	// None of the failures above left anything on the interface or in bpffs.
+	l, err := netlink.LinkByName(v.Name)
+	require.NoError(t, err)
+	require.False(t, l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached, "nothing attached after errors")
+	require.NoDirExists(t, filepath.Join(loader.DefaultPinRoot, v.Name))
+}
+
+// TestCLIForeignProgram: a program attached by something else is never
+// replaced or detached without --force, and the error says how.
+func TestCLIForeignProgram(t *testing.T) {
+	v := sandboxForCLI(t)
+	objs := loadCount(t, gen.BasicVerdictVERDICT_PASS)
+	l, err := link.AttachXDP(link.XDPOptions{Program: objs.XdpCount, Interface: v.Index, Flags: link.XDPGenericMode})
+	require.NoError(t, err)
+	defer l.Close()
+
+	r := cli(t, "drop", "--iface", v.Name, "--deny", "192.0.2.0/24")
+	requireOneLineError(t, r, 1, "--force")
+	r = cli(t, "detach", "--iface", v.Name)
+	requireOneLineError(t, r, 1, "--force")
+
+	r = cli(t, "status", "--iface", v.Name, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"ours": false`)
+	require.Contains(t, r.stdout, `"name": "xdp_count"`)
+}
+
+// TestCLINotRoot runs the CLI without privileges: a one-line error that
+// names what is missing.
+func TestCLINotRoot(t *testing.T) {
+	v := sandboxForCLI(t)
+	r := cliAs(t, 65534, "drop", "--iface", v.Name, "--deny", "192.0.2.0/24")
+	require.Equal(t, 1, r.code, r.stderr)
+	require.Contains(t, r.stderr, "CAP_")
+	require.NotContains(t, r.stderr, "goroutine ")
+}
+
+// TestCLIDemo runs the default sandbox briefly and checks that the mixed
+// traffic hit each kind of rule and that everything it made is gone.
+func TestCLIDemo(t *testing.T) {
+	testenv.RequireBPFFS(t)
+	r := cli(t, "demo", "--duration", "2s", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var last jsonStats
+	sc := bufio.NewScanner(strings.NewReader(r.stdout))
+	n := 0
+	for sc.Scan() {
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &last), sc.Text())
+		n++
+	}
+	require.GreaterOrEqual(t, n, 2, "a sample per second")
+	for _, text := range []string{"drop udp dport 11211", "drop tcp dport 23", "drop src 203.0.0.0/16", "pass src 203.0.113.0/24", "drop src 2001:db8:bad::/48"} {
+		rule, ok := last.rule(text)
+		require.True(t, ok, text)
+		require.Positive(t, rule.Packets, "rule %q caught traffic", text)
+	}
+	require.Positive(t, last.verdict("drop"))
+	require.Positive(t, last.verdict("default"), "the https traffic passed by the policy")
+
+	_, err := netlink.LinkByName(last.Interface)
+	require.Error(t, err, "the demo's veth %s must be gone", last.Interface)
+	id := strings.TrimSuffix(strings.TrimPrefix(last.Interface, "xdd"), "a")
+	require.NoFileExists(t, "/var/run/netns/xdpdrop-"+id)
+}
