@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -11,8 +12,7 @@ import (
 // what a bare errno would leave out.
 func explain(err error) string {
 	msg := err.Error()
-	switch {
-	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+	if (errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES)) && !strings.Contains(msg, "CAP_") {
 		return msg + " (needs root, or CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON)"
 	}
 	return msg
