@@ -1,7 +1,9 @@
 package xsk_test
 
 import (
+	"bytes"
 	"fmt"
+	"net/netip"
 	"os"
 	"runtime"
 	"testing"
@@ -49,6 +51,13 @@ func newEnv(t *testing.T, queues int, ropts xsk.RedirectOptions) *env {
 		}
 	})
 	e := &env{veth: v, red: red}
+	// The peer's IPv6 stack sends neighbour discovery and MLD frames of its
+	// own into the host end; without them every counter is exact.
+	if err := v.InPeerNS(func() error {
+		return os.WriteFile("/proc/sys/net/ipv6/conf/"+v.PeerName+"/disable_ipv6", []byte("1"), 0)
+	}); err != nil {
+		t.Fatalf("disable IPv6 on the peer: %v", err)
+	}
 	if err := v.InPeerNS(func() error {
 		g, err := pktgen.New(pktgen.Options{})
 		e.gen = g
@@ -65,7 +74,20 @@ func newEnv(t *testing.T, queues int, ropts xsk.RedirectOptions) *env {
 // queue (sending CPU mod queue count), so cpu picks the queue.
 func (e *env) send(t *testing.T, cpu int, count uint32, fs ...[]byte) {
 	t.Helper()
-	err := e.veth.InPeerNS(func() error {
+	if err := e.sendErr(cpu, count, fs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sendAsync is send on another goroutine; the result arrives on the channel.
+func (e *env) sendAsync(cpu int, count uint32, fs ...[]byte) <-chan error {
+	c := make(chan error, 1)
+	go func() { c <- e.sendErr(cpu, count, fs...) }()
+	return c
+}
+
+func (e *env) sendErr(cpu int, count uint32, fs ...[]byte) error {
+	return e.veth.InPeerNS(func() error {
 		var old unix.CPUSet
 		if err := unix.SchedGetaffinity(0, &old); err != nil {
 			return err
@@ -83,9 +105,6 @@ func (e *env) send(t *testing.T, cpu int, count uint32, fs ...[]byte) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // open opens a socket on the host end.
@@ -107,18 +126,26 @@ func (e *env) open(t *testing.T, opts xsk.Options) *xsk.Socket {
 	return s
 }
 
-// udp builds a UDP frame from the peer to the host end with a payload that
-// makes it unique.
+// udp builds a UDP frame from the peer to the host end with a payload of
+// size bytes that starts with id, so that every id makes a distinct frame.
 func (e *env) udp(sport, dport uint16, id int, size int) []byte {
-	f := frames.UDP4("198.18.0.2", "198.18.0.1", sport, dport, size)
-	b := f.Bytes
-	copy(b[0:6], e.veth.MAC)
-	copy(b[6:12], e.veth.PeerMAC)
-	if size >= 4 {
-		p := b[f.Payload:]
-		p[0], p[1], p[2], p[3] = byte(id>>24), byte(id>>16), byte(id>>8), byte(id)
+	payload := frames.Pattern(size)
+	for i := 0; i < 4 && i < size; i++ {
+		payload[i] = byte(id >> (24 - 8*i))
 	}
-	return b
+	spec := frames.Spec{
+		Src: netip.MustParseAddr("198.18.0.2"), Dst: netip.MustParseAddr("198.18.0.1"),
+		Proto: frames.ProtoUDP, SrcPort: sport, DstPort: dport, Payload: payload,
+	}
+	copy(spec.DstMAC[:], e.veth.MAC)
+	copy(spec.SrcMAC[:], e.veth.PeerMAC)
+	return spec.Build().Bytes
+}
+
+// ours tells the test's frames (IPv4 from the peer's address) from what
+// the peer's stack sends by itself (IPv6 neighbour discovery and such).
+func ours(b []byte) bool {
+	return len(b) >= 34 && b[12] == 0x08 && b[13] == 0x00 && bytes.Equal(b[26:30], []byte{198, 18, 0, 2})
 }
 
 // receive collects frames from s until want have arrived or the deadline
@@ -140,7 +167,9 @@ func receive(t *testing.T, s *xsk.Socket, want int, timeout time.Duration) [][]b
 			continue
 		}
 		for _, f := range buf[:n] {
-			got = append(got, append([]byte(nil), f.Data...))
+			if ours(f.Data) {
+				got = append(got, append([]byte(nil), f.Data...))
+			}
 		}
 		if err := s.Release(buf[:n]); err != nil {
 			t.Fatal(err)

@@ -1,0 +1,883 @@
+package xsk_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/xdpdrop/xdpdrop/internal/frames"
+	"github.com/xdpdrop/xdpdrop/xsk"
+)
+
+// sendDistinct sends n frames, each once and each different (an id in the
+// payload), half from each CPU, so half land on queue 0 and half on queue 1.
+func sendDistinct(t *testing.T, e *env, n, size int) [][]byte {
+	t.Helper()
+	var sent [][]byte
+	for cpu := range 2 {
+		var batch [][]byte
+		for i := range n / 2 {
+			id := cpu*n + i
+			batch = append(batch, e.udp(uint16(1000+i%50), 2000, id, size))
+		}
+		e.send(t, cpu, 1, batch...)
+		sent = append(sent, batch...)
+	}
+	return sent
+}
+
+func sortFrames(fs [][]byte) {
+	slices.SortFunc(fs, bytes.Compare)
+}
+
+// TestReceiveByteForByte: N distinct frames sent, the same N received,
+// byte for byte, across two queues, for several UMEM layouts.
+func TestReceiveByteForByte(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		umem xsk.UMEMOptions
+		bind xsk.BindMode
+	}{
+		{"default", xsk.UMEMOptions{}, xsk.BindAuto},
+		{"copy-2k-headroom", xsk.UMEMOptions{FrameSize: 2048, Headroom: 128}, xsk.BindCopy},
+		{"unaligned-debug", xsk.UMEMOptions{Unaligned: true, Debug: true}, xsk.BindAuto},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 4, xsk.RedirectOptions{})
+			var socks []*xsk.Socket
+			for q := range 4 {
+				socks = append(socks, e.open(t, xsk.Options{Queue: q, UMEMOptions: tc.umem, Bind: tc.bind}))
+			}
+			if socks[0].ZeroCopy() {
+				t.Errorf("veth socket reports zero-copy")
+			}
+			const n = 600
+			sent := sendDistinct(t, e, n, 100)
+			var got [][]byte
+			for q, s := range socks {
+				// Queues 2 and 3 get nothing: only two CPUs send.
+				want := map[int]int{0: n / 2, 1: n / 2}[q]
+				r := receive(t, s, want, 5*time.Second)
+				if len(r) != want {
+					t.Errorf("queue %d: received %d frames, want %d", q, len(r), want)
+				}
+				got = append(got, r...)
+				if err := s.CheckFrames(); err != nil {
+					t.Error(err)
+				}
+			}
+			sortFrames(sent)
+			sortFrames(got)
+			if len(got) != len(sent) {
+				t.Fatalf("received %d frames, sent %d", len(got), len(sent))
+			}
+			for i := range sent {
+				if !bytes.Equal(got[i], sent[i]) {
+					t.Fatalf("frame %d differs:\n got %x\nwant %x", i, got[i], sent[i])
+				}
+			}
+			st, err := socks[0].Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.RxFrames != n/2 || st.Kernel.Fields != 6 {
+				t.Errorf("queue 0 stats: %+v", st)
+			}
+		})
+	}
+}
+
+// xdpMD is struct xdp_md, the context of a BPF_PROG_TEST_RUN of an XDP
+// program (cilium/ebpf's own is internal).
+type xdpMD struct {
+	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
+}
+
+// TestFilterVerdicts drives the redirect program with BPF_PROG_TEST_RUN:
+// frame in, verdict out, per queue, with sockets registered on queues 0-2
+// so that a redirect shows as XDP_REDIRECT.
+func TestFilterVerdicts(t *testing.T) {
+	udp53 := &xsk.PortRange{Lo: 53, Hi: 53}
+	e := newEnv(t, 4, xsk.RedirectOptions{})
+	// A second, unattached program: test runs are all its counters see.
+	red, err := xsk.NewRedirect(xsk.RedirectOptions{
+		Queues: []int{0, 1, 2}, // queue 3 is not selected
+		Filters: map[int]xsk.Filter{
+			// queue 0: no filter entry: everything redirects.
+			1: {Rules: []xsk.Rule{
+				{Action: xsk.ActionPass, HasProto: true, Proto: 17, DstPort: udp53},
+				{Action: xsk.ActionDrop, Src: netip.MustParsePrefix("10.1.0.0/16")},
+				{Action: xsk.ActionRedirect, HasProto: true, Proto: 6},
+				{Action: xsk.ActionRedirect, Src: netip.MustParsePrefix("2001:db8:1::/48"), HasProto: true, Proto: 17, SrcPort: &xsk.PortRange{Lo: 100, Hi: 200}},
+			}, Default: xsk.ActionPass},
+			2: {Default: xsk.ActionDrop},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer red.Close()
+	for q := range 3 {
+		s := e.open(t, xsk.Options{Queue: q, FillSize: 64, RxSize: 64, TxSize: 64, CompletionSize: 64, Frames: 128})
+		if err := red.Register(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const (
+		drop     = 1
+		pass     = 2
+		redirect = 4
+	)
+	udp := func(src, dst string, sport, dport uint16) []byte {
+		return frames.UDP4(src, dst, sport, dport, 10).Bytes
+	}
+	cases := []struct {
+		name  string
+		queue uint32
+		frame []byte
+		want  uint32
+	}{
+		{"q0 anything", 0, udp("10.1.2.3", "10.0.0.1", 1, 53), redirect},
+		{"q0 arp", 0, frames.ARPRequest("10.0.0.1", "10.0.0.2").Bytes, redirect},
+		{"q1 dns passes", 1, udp("10.1.2.3", "10.0.0.1", 1, 53), pass},
+		{"q1 prefix drops", 1, udp("10.1.2.3", "10.0.0.1", 1, 54), drop},
+		{"q1 tcp redirects", 1, frames.TCP4("10.2.0.1", "10.0.0.1", 1, 80, 0).Bytes, redirect},
+		{"q1 v6 sport in range", 1, frames.UDP6("2001:db8:1::5", "2001:db8::1", 150, 9, 4).Bytes, redirect},
+		{"q1 v6 sport out of range", 1, frames.UDP6("2001:db8:1::5", "2001:db8::1", 250, 9, 4).Bytes, pass},
+		{"q1 v6 other prefix", 1, frames.UDP6("2001:db8:2::5", "2001:db8::1", 150, 9, 4).Bytes, pass},
+		{"q1 default", 1, udp("10.2.0.1", "10.0.0.1", 1, 54), pass},
+		{"q1 arp default", 1, frames.ARPRequest("10.0.0.1", "10.0.0.2").Bytes, pass},
+		{"q1 truncated ip", 1, frames.UDP4("10.1.2.3", "10.0.0.1", 1, 54, 0).Truncate(20).Bytes, pass},
+		{"q2 default drop", 2, udp("10.2.0.1", "10.0.0.1", 1, 54), drop},
+		{"q3 not selected", 3, udp("10.1.2.3", "10.0.0.1", 1, 54), pass},
+	}
+	for _, c := range cases {
+		ctx := xdpMD{DataEnd: uint32(len(c.frame)), IngressIfindex: uint32(e.veth.Index), RxQueueIndex: c.queue}
+		ret, err := red.Program().Run(&ebpf.RunOptions{Data: c.frame, Context: &ctx})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if ret != c.want {
+			t.Errorf("%s: verdict %d, want %d", c.name, ret, c.want)
+		}
+	}
+	counters, err := red.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int][3]uint64{} // queue -> redirected, passed, dropped
+	for _, c := range cases {
+		w := want[int(c.queue)]
+		switch c.want {
+		case redirect:
+			w[0]++
+		case pass:
+			w[1]++
+		case drop:
+			w[2]++
+		}
+		want[int(c.queue)] = w
+	}
+	for q := range 4 {
+		c := counters[q]
+		got := [3]uint64{c.Redirected.Packets, c.Passed.Packets, c.Dropped.Packets}
+		if got != want[q] {
+			t.Errorf("queue %d counters (redirected, passed, dropped) = %v, want %v", q, got, want[q])
+		}
+	}
+
+	// Filters change at run time.
+	if err := red.SetFilter(2, xsk.Filter{}); err != nil {
+		t.Fatal(err)
+	}
+	f := udp("10.2.0.1", "10.0.0.1", 1, 54)
+	ctx := xdpMD{DataEnd: uint32(len(f)), IngressIfindex: uint32(e.veth.Index), RxQueueIndex: 2}
+	if ret, err := red.Program().Run(&ebpf.RunOptions{Data: f, Context: &ctx}); err != nil || ret != redirect {
+		t.Errorf("queue 2 after SetFilter: verdict %d (%v), want redirect", ret, err)
+	}
+	// Unregistered queue falls back to the stack.
+	if err := red.Unregister(2); err != nil {
+		t.Fatal(err)
+	}
+	if ret, err := red.Program().Run(&ebpf.RunOptions{Data: f, Context: &ctx}); err != nil || ret != pass {
+		t.Errorf("queue 2 without socket: verdict %d (%v), want pass", ret, err)
+	}
+}
+
+func TestFilterValidation(t *testing.T) {
+	bad := []xsk.Filter{
+		{Rules: make([]xsk.Rule, xsk.MaxRules+1)},
+		{Rules: []xsk.Rule{{DstPort: &xsk.PortRange{Lo: 1, Hi: 1}}}},                          // port without proto
+		{Rules: []xsk.Rule{{HasProto: true, Proto: 1, DstPort: &xsk.PortRange{Lo: 1, Hi: 1}}}}, // port with icmp
+		{Rules: []xsk.Rule{{HasProto: true, Proto: 6, DstPort: &xsk.PortRange{Lo: 9, Hi: 1}}}},
+		{Rules: []xsk.Rule{{Src: netip.MustParsePrefix("10.0.0.0/8"), Dst: netip.MustParsePrefix("::/0")}}},
+		{Rules: []xsk.Rule{{Action: 9}}},
+		{Default: 7},
+	}
+	for i, f := range bad {
+		_, err := xsk.NewRedirect(xsk.RedirectOptions{Filters: map[int]xsk.Filter{0: f}})
+		if !errors.Is(err, xsk.ErrInvalidOptions) {
+			t.Errorf("filter %d: error %v, want ErrInvalidOptions", i, err)
+		}
+	}
+	if _, err := xsk.NewRedirect(xsk.RedirectOptions{Queues: []int{64}}); !errors.Is(err, xsk.ErrInvalidOptions) {
+		t.Errorf("queue 64: %v", err)
+	}
+}
+
+// TestQueueSelectionLive: only queue 1 redirects; frames arriving on queue
+// 0 go to the kernel stack even though a socket is registered there, and a
+// UDP socket of the stack receives them.
+func TestQueueSelectionLive(t *testing.T) {
+	e := newEnv(t, 4, xsk.RedirectOptions{Queues: []int{1}})
+	s0 := e.open(t, xsk.Options{Queue: 0})
+	s1 := e.open(t, xsk.Options{Queue: 1})
+
+	udp, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP("198.18.0.1"), Port: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+
+	const n = 50
+	var q0 [][]byte
+	for i := range n {
+		q0 = append(q0, e.udp(3000, 2000, i, 16))
+	}
+	e.send(t, 0, 1, q0...)
+	e.send(t, 1, 1, e.udp(3000, 2000, 1000, 16))
+
+	if got := receive(t, s1, 1, 5*time.Second); len(got) != 1 {
+		t.Errorf("queue 1 socket received %d frames, want 1", len(got))
+	}
+	stack := 0
+	buf := make([]byte, 2048)
+	for stack < n {
+		udp.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, _, err := udp.ReadFromUDP(buf); err != nil {
+			break
+		}
+		stack++
+	}
+	if stack != n {
+		t.Errorf("kernel stack received %d of the %d frames of unselected queue 0", stack, n)
+	}
+	if got := receive(t, s0, 1, 100*time.Millisecond); len(got) != 0 {
+		t.Errorf("socket of unselected queue 0 received %d frames", len(got))
+	}
+	c, err := e.red.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[0].Passed.Packets != n || c[0].Redirected.Packets != 0 || c[1].Redirected.Packets != 1 {
+		t.Errorf("counters: queue 0 %+v, queue 1 %+v", c[0], c[1])
+	}
+}
+
+// TestFallbackToStack: with no socket registered on a selected queue the
+// program passes frames to the stack (bpf_redirect_map's XDP_PASS).
+func TestFallbackToStack(t *testing.T) {
+	e := newEnv(t, 2, xsk.RedirectOptions{})
+	udp, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP("198.18.0.1"), Port: 2001})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	f := e.udp(3000, 2001, 7, 32)
+	e.send(t, 0, 10, f)
+	buf := make([]byte, 2048)
+	for i := range 10 {
+		udp.SetReadDeadline(time.Now().Add(2 * time.Second))
+		n, _, err := udp.ReadFromUDP(buf)
+		if err != nil {
+			t.Fatalf("datagram %d: %v", i, err)
+		}
+		if !bytes.Equal(buf[:n], f[42:]) {
+			t.Fatalf("datagram %d payload %x, want %x", i, buf[:n], f[42:])
+		}
+	}
+	c, err := e.red.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[0].Passed.Packets != 10 || c[0].Redirected.Packets != 0 {
+		t.Errorf("queue 0 counters %+v", c[0])
+	}
+}
+
+// TestSharedUMEM: two queues, one UMEM; both receive; the books of the
+// whole UMEM balance; a second socket on the same queue and UMEM is refused.
+func TestSharedUMEM(t *testing.T) {
+	e := newEnv(t, 2, xsk.RedirectOptions{})
+	u, err := xsk.NewUMEM(xsk.UMEMOptions{FrameCount: 2 * 4096, FrameSize: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := u.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	s0 := e.open(t, xsk.Options{Queue: 0, UMEM: u})
+	s1 := e.open(t, xsk.Options{Queue: 1, UMEM: u})
+	if u.Pooled() != 0 {
+		t.Errorf("UMEM pool holds %d frames after two default sockets, want 0", u.Pooled())
+	}
+	_, err = xsk.Open(xsk.Options{Ifindex: e.veth.Index, Queue: 1, UMEM: u, Frames: 1})
+	if !errors.Is(err, xsk.ErrInvalidOptions) {
+		t.Errorf("second socket on queue 1 with the same UMEM: %v, want ErrInvalidOptions", err)
+	}
+	_, err = xsk.Open(xsk.Options{Ifindex: e.veth.Index, Queue: 1, UMEM: u})
+	if !errors.Is(err, xsk.ErrInvalidOptions) {
+		t.Errorf("socket on an exhausted UMEM: %v, want ErrInvalidOptions", err)
+	}
+
+	sent := sendDistinct(t, e, 400, 60)
+	got := append(receive(t, s0, 200, 5*time.Second), receive(t, s1, 200, 5*time.Second)...)
+	sortFrames(sent)
+	sortFrames(got)
+	if len(got) != len(sent) {
+		t.Fatalf("received %d of %d frames", len(got), len(sent))
+	}
+	for i := range got {
+		if !bytes.Equal(got[i], sent[i]) {
+			t.Fatalf("frame %d differs", i)
+		}
+	}
+	if err := u.CheckFrames(); err != nil {
+		t.Error(err)
+	}
+
+	// A frame received on queue 0 sent out of queue 1's socket: both are
+	// driven by this goroutine, so it may move.
+	e.send(t, 0, 1, e.udp(1, 2, 3, 20))
+	buf := make([]xsk.Frame, 1)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if n, _ := s0.Receive(buf); n == 1 {
+			break
+		}
+		s0.Wait(10 * time.Millisecond)
+	}
+	if buf[0].Data == nil {
+		t.Fatal("no frame on queue 0")
+	}
+	xsk.SwapMACs(buf[0].Data)
+	if n, err := s1.Transmit(buf); n != 1 || err != nil {
+		t.Fatalf("transmit on queue 1: %d, %v", n, err)
+	}
+	if err := u.CheckFrames(); err != nil {
+		t.Error(err)
+	}
+
+	if err := s0.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.CheckFrames(); err != nil {
+		t.Error(err)
+	}
+	if u.Pooled() == 0 {
+		t.Error("closing socket 0 returned no frames to the UMEM")
+	}
+}
+
+// TestRxRingFull: a consumer that does not keep up makes the kernel count
+// rx_ring_full; a consumer that does keeps it still.
+func TestRxRingFull(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	s := e.open(t, xsk.Options{Queue: 0, RxSize: 64, FillSize: 512, Frames: 512 + 2048})
+	e.send(t, 0, 1000, e.udp(1, 2, 3, 20))
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Kernel.RxRingFull == 0 {
+		t.Errorf("rx_ring_full did not move with a 64-entry RX ring and 1000 frames unread: %+v", st.Kernel)
+	}
+	got := receive(t, s, 1000, 200*time.Millisecond)
+	if len(got) != 64 {
+		t.Errorf("received %d frames from a full 64-entry RX ring", len(got))
+	}
+	full := st.Kernel.RxRingFull
+	if full+64 != 1000 {
+		t.Errorf("rx_ring_full %d + 64 received != 1000 sent", full)
+	}
+	// Now keep up: frames sent in batches that fit are all received.
+	for range 5 {
+		e.send(t, 0, 60, e.udp(1, 2, 3, 20))
+		if got := receive(t, s, 60, 5*time.Second); len(got) != 60 {
+			t.Fatalf("received %d of 60", len(got))
+		}
+	}
+	st, _ = s.Stats()
+	if st.Kernel.RxRingFull != full {
+		t.Errorf("rx_ring_full moved from %d to %d while the consumer kept up", full, st.Kernel.RxRingFull)
+	}
+	if err := s.CheckFrames(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestZeroCopyRefused: veth has no zero-copy; the error says so and
+// nothing leaks.
+func TestZeroCopyRefused(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	before := fds(t)
+	_, err := xsk.Open(xsk.Options{Ifindex: e.veth.Index, Queue: 0, Bind: xsk.BindZeroCopy})
+	if !errors.Is(err, xsk.ErrZeroCopyUnsupported) || !errors.Is(err, unix.EOPNOTSUPP) {
+		t.Fatalf("zero-copy bind on veth: %v, want ErrZeroCopyUnsupported wrapping EOPNOTSUPP", err)
+	}
+	if !strings.Contains(err.Error(), "BindCopy") {
+		t.Errorf("error does not say what to do instead: %v", err)
+	}
+	if after := fds(t); !slices.Equal(before, after) {
+		t.Errorf("failed Open leaked file descriptors: before %v after %v", before, after)
+	}
+	// Auto on the same queue picks copy mode.
+	s := e.open(t, xsk.Options{Queue: 0, Bind: xsk.BindAuto})
+	if s.ZeroCopy() {
+		t.Error("BindAuto on veth chose zero-copy")
+	}
+}
+
+// fds lists the process's open file descriptors with what they point to.
+func fds(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		l, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil {
+			continue // the directory's own fd, gone by now
+		}
+		out = append(out, e.Name()+"->"+l)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// mappings returns the ranges in /proc/self/maps and how many of them map
+// a socket (AF_XDP rings).
+func mappings(t *testing.T) (ranges [][2]uint64, sockets int) {
+	t.Helper()
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		lo, hi, _ := strings.Cut(strings.Fields(line)[0], "-")
+		a, _ := strconv.ParseUint(lo, 16, 64)
+		b, _ := strconv.ParseUint(hi, 16, 64)
+		ranges = append(ranges, [2]uint64{a, b})
+		if strings.Contains(line, "socket:[") {
+			sockets++
+		}
+	}
+	return ranges, sockets
+}
+
+func mapped(ranges [][2]uint64, addr uint64) bool {
+	for _, r := range ranges {
+		if addr >= r[0] && addr < r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// TestCloseReleasesEverything: after traffic, Close leaves no file
+// descriptor, ring mapping or UMEM mapping behind, and every frame is back.
+func TestCloseReleasesEverything(t *testing.T) {
+	e := newEnv(t, 2, xsk.RedirectOptions{})
+	fdsBefore := fds(t)
+	_, sockMapsBefore := mappings(t)
+
+	shared, err := xsk.NewUMEM(xsk.UMEMOptions{FrameCount: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var socks []*xsk.Socket
+	for q := range 2 {
+		s, err := xsk.Open(xsk.Options{Ifindex: e.veth.Index, Queue: q, UMEM: shared, Frames: 2048, FillSize: 1024, TxSize: 1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.red.Register(s); err != nil {
+			t.Fatal(err)
+		}
+		socks = append(socks, s)
+	}
+	sendDistinct(t, e, 200, 60)
+	for _, s := range socks {
+		receive(t, s, 100, 5*time.Second)
+	}
+	// Hold one frame across Close: Close takes it back.
+	e.send(t, 0, 1, e.udp(1, 2, 3, 4))
+	held := make([]xsk.Frame, 1)
+	for n := 0; n == 0; n, _ = socks[0].Receive(held) {
+		socks[0].Wait(100 * time.Millisecond)
+	}
+	ranges, sockMaps := mappings(t)
+	if sockMaps != sockMapsBefore+8 {
+		t.Errorf("%d socket mappings with 2 sockets open, want %d", sockMaps, sockMapsBefore+8)
+	}
+	base := xsk.UMEMAddr(shared)
+	if !mapped(ranges, base) {
+		t.Fatalf("UMEM at %#x not found in /proc/self/maps", base)
+	}
+
+	for q := range 2 {
+		if err := e.red.Unregister(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := shared.Close(); err != nil { // closes both sockets
+		t.Fatal(err)
+	}
+	for _, s := range socks {
+		if err := s.CheckFrames(); err != nil {
+			t.Error(err)
+		}
+		if a := s.Accounting(); a.Owned != 0 {
+			t.Errorf("closed socket still owns %d frames", a.Owned)
+		}
+		if _, err := s.Receive(held); !errors.Is(err, xsk.ErrClosed) {
+			t.Errorf("Receive after Close: %v", err)
+		}
+	}
+	if shared.Pooled() != 4096 {
+		t.Errorf("UMEM pool holds %d of 4096 frames after Close", shared.Pooled())
+	}
+	if after := fds(t); !slices.Equal(fdsBefore, after) {
+		t.Errorf("file descriptors leaked:\nbefore %v\nafter  %v", fdsBefore, after)
+	}
+	ranges, sockMaps = mappings(t)
+	if sockMaps != sockMapsBefore {
+		t.Errorf("%d socket mappings left after Close, want %d", sockMaps, sockMapsBefore)
+	}
+	if mapped(ranges, base) {
+		t.Errorf("UMEM at %#x still mapped after Close", base)
+	}
+
+	// A private UMEM goes with its socket.
+	s, err := xsk.Open(xsk.Options{Ifindex: e.veth.Index, Queue: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base = xsk.UMEMAddr(s.UMEM())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if ranges, _ := mappings(t); mapped(ranges, base) {
+		t.Errorf("private UMEM still mapped after Close")
+	}
+	if after := fds(t); !slices.Equal(fdsBefore, after) {
+		t.Errorf("file descriptors leaked by a private-UMEM socket")
+	}
+}
+
+// TestAccountingUnderLoad runs a handler that mixes every verdict while
+// traffic flows on two queues, checking the books from inside the handler
+// (the goroutine that drives the socket) and again after Close.
+func TestAccountingUnderLoad(t *testing.T) {
+	e := newEnv(t, 2, xsk.RedirectOptions{})
+	u, err := xsk.NewUMEM(xsk.UMEMOptions{FrameCount: 2048, Debug: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	var socks []*xsk.Socket
+	for q := range 2 {
+		socks = append(socks, e.open(t, xsk.Options{Queue: q, UMEM: u, Frames: 1024, FillSize: 256, RxSize: 256, TxSize: 256, CompletionSize: 256, Batch: 32}))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	checks := make([]int, 2)
+	for i, s := range socks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var kept []xsk.Frame
+			batches := 0
+			errs[i] = s.Run(ctx, func(fs []xsk.Frame, v []xsk.Verdict) error {
+				batches++
+				if len(kept) > 0 { // give back what an earlier batch kept
+					if err := s.Release(kept); err != nil {
+						return err
+					}
+					kept = kept[:0]
+				}
+				for j := range fs {
+					switch j % 3 {
+					case 1:
+						xsk.SwapMACs(fs[j].Data)
+						v[j] = xsk.Transmit
+					case 2:
+						v[j] = xsk.Keep
+						kept = append(kept, fs[j])
+					}
+				}
+				if batches%16 == 0 {
+					checks[i]++
+					return s.CheckFrames()
+				}
+				return nil
+			})
+			if err := s.Release(kept); err != nil && errs[i] == nil {
+				errs[i] = err
+			}
+		}()
+	}
+	// 2 x 20000 frames while the sockets run.
+	for range 10 {
+		e.send(t, 0, 2000, e.udp(1, 2, 3, 40))
+		e.send(t, 1, 2000, e.udp(1, 2, 3, 40))
+	}
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("socket %d: %v", i, err)
+		}
+	}
+	for i, s := range socks {
+		st, _ := s.Stats()
+		t.Logf("queue %d: %d checks, stats %+v", i, checks[i], st)
+		if st.RxFrames == 0 || st.TxFrames == 0 {
+			t.Errorf("queue %d moved no traffic", i)
+		}
+		if checks[i] == 0 {
+			t.Errorf("queue %d: the books were never checked under load", i)
+		}
+	}
+	if err := u.CheckFrames(); err != nil {
+		t.Error(err)
+	}
+	for _, s := range socks {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := u.CheckFrames(); err != nil {
+		t.Error(err)
+	}
+	if u.Pooled() != 2048 {
+		t.Errorf("pool holds %d of 2048 frames after Close", u.Pooled())
+	}
+}
+
+// TestInvalidFrames: double release and foreign data are refused.
+func TestInvalidFrames(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	s := e.open(t, xsk.Options{Queue: 0, Frames: 4096})
+	fs := make([]xsk.Frame, 2)
+	if n := s.Alloc(fs); n != 2 {
+		t.Fatalf("Alloc got %d frames", n)
+	}
+	copyFrame := fs[0]
+	if err := s.Release(fs[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release([]xsk.Frame{copyFrame}); !errors.Is(err, xsk.ErrInvalidFrame) {
+		t.Errorf("double release: %v, want ErrInvalidFrame", err)
+	}
+	if _, err := s.Transmit([]xsk.Frame{copyFrame}); !errors.Is(err, xsk.ErrInvalidFrame) {
+		t.Errorf("transmit of a released frame: %v, want ErrInvalidFrame", err)
+	}
+	f := fs[1]
+	f.Data = make([]byte, 60) // not UMEM memory
+	if n, err := s.Transmit([]xsk.Frame{f}); n != 0 || !errors.Is(err, xsk.ErrInvalidFrame) {
+		t.Errorf("transmit of foreign data: %d, %v", n, err)
+	}
+	if err := s.Release([]xsk.Frame{fs[1]}); err != nil {
+		t.Errorf("release after refused transmit: %v", err)
+	}
+	if err := s.CheckFrames(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestRunStops: Run returns nil when its context ends and when the socket
+// is closed from another goroutine, in every wait mode.
+func TestRunStops(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	for _, w := range []xsk.WaitMode{xsk.WaitAdaptive, xsk.WaitBlock, xsk.WaitPoll, xsk.WaitSpin} {
+		t.Run(w.String(), func(t *testing.T) {
+			s, err := xsk.Open(xsk.Options{Ifindex: e.veth.Index, Queue: 0, Wait: w})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			if err := s.Run(ctx, func([]xsk.Frame, []xsk.Verdict) error { return nil }); err != nil {
+				t.Errorf("Run after context timeout: %v", err)
+			}
+			done := make(chan error)
+			go func() { done <- s.Run(context.Background(), func([]xsk.Frame, []xsk.Verdict) error { return nil }) }()
+			time.Sleep(20 * time.Millisecond)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run after Close: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Run did not return after Close")
+			}
+		})
+	}
+}
+
+// TestModes runs the three classic loops briefly on live traffic.
+func TestModes(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	s := e.open(t, xsk.Options{Queue: 0})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	sent := e.sendAsync(0, 3000, e.udp(1, 2, 3, 20))
+	if err := xsk.RxDrop(ctx, s, xsk.ModeOptions{Frames: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Stats()
+	if st.RxFrames < 1000 {
+		t.Errorf("rxdrop stopped at %d frames", st.RxFrames)
+	}
+
+	sent = e.sendAsync(0, 3000, e.udp(1, 2, 3, 20))
+	if err := xsk.L2Fwd(ctx, s, xsk.ModeOptions{Frames: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	st2, _ := s.Stats()
+	if st2.TxFrames < 1000 {
+		t.Errorf("l2fwd sent %d frames", st2.TxFrames)
+	}
+
+	frame := e.udp(1, 2, 3, 20)
+	if err := xsk.TxOnly(ctx, s, frame, xsk.ModeOptions{Frames: 5000}); err != nil {
+		t.Fatal(err)
+	}
+	st3, _ := s.Stats()
+	if st3.Completed-st2.Completed < 5000 {
+		t.Errorf("txonly completed %d frames", st3.Completed-st2.Completed)
+	}
+	if err := s.CheckFrames(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestOptionsValidation needs no kernel: bad options fail before any
+// system call.
+func TestOptionsValidation(t *testing.T) {
+	for i, o := range []xsk.Options{
+		{},
+		{Ifindex: 1, Batch: 513},
+		{Ifindex: 1, Batch: -1},
+		{Ifindex: 1, FillSize: 1000},
+		{Ifindex: 1, Queue: -1},
+		{Ifindex: 1, Wait: 9},
+		{Ifindex: 1, UMEMOptions: xsk.UMEMOptions{FrameSize: 3000}},
+		{Ifindex: 1, UMEMOptions: xsk.UMEMOptions{Headroom: 4000}},
+	} {
+		if _, err := xsk.Open(o); !errors.Is(err, xsk.ErrInvalidOptions) {
+			t.Errorf("options %d: %v, want ErrInvalidOptions", i, err)
+		}
+	}
+}
+
+func Example() {
+	// Load the redirect program; attach red.Program() to eth0 with package
+	// loader (or link.AttachXDP) before traffic can reach the socket.
+	red, err := xsk.NewRedirect(xsk.RedirectOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer red.Close()
+	s, err := xsk.Open(xsk.Options{Interface: "eth0", Queue: 0})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	if err := red.Register(s); err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n int
+	err = s.Run(ctx, func(frames []xsk.Frame, verdicts []xsk.Verdict) error {
+		n += len(frames) // frames[i].Data is the packet; verdicts default to Release
+		return nil
+	})
+	fmt.Println(n, err)
+}
+
+func ExampleL2Fwd() {
+	s, err := xsk.Open(xsk.Options{Interface: "eth0", Queue: 0})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	// Swap MACs and send every frame back out, until interrupted.
+	if err := xsk.L2Fwd(context.Background(), s, xsk.ModeOptions{}); err != nil {
+		fmt.Println(err)
+	}
+}
+
+func ExampleSocket_Receive() {
+	s, err := xsk.Open(xsk.Options{Interface: "eth0", Queue: 0})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	frames := make([]xsk.Frame, 64)
+	for {
+		if err := s.Wait(-1); err != nil {
+			return
+		}
+		n, _ := s.Receive(frames)
+		for _, f := range frames[:n] {
+			_ = f.Data // a view into the UMEM, valid until released
+		}
+		if err := s.Release(frames[:n]); err != nil {
+			fmt.Println(err)
+		}
+	}
+}
