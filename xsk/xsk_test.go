@@ -221,7 +221,7 @@ func TestFilterVerdicts(t *testing.T) {
 func TestFilterValidation(t *testing.T) {
 	bad := []xsk.Filter{
 		{Rules: make([]xsk.Rule, xsk.MaxRules+1)},
-		{Rules: []xsk.Rule{{DstPort: &xsk.PortRange{Lo: 1, Hi: 1}}}},                          // port without proto
+		{Rules: []xsk.Rule{{DstPort: &xsk.PortRange{Lo: 1, Hi: 1}}}},                           // port without proto
 		{Rules: []xsk.Rule{{HasProto: true, Proto: 1, DstPort: &xsk.PortRange{Lo: 1, Hi: 1}}}}, // port with icmp
 		{Rules: []xsk.Rule{{HasProto: true, Proto: 6, DstPort: &xsk.PortRange{Lo: 9, Hi: 1}}}},
 		{Rules: []xsk.Rule{{Src: netip.MustParsePrefix("10.0.0.0/8"), Dst: netip.MustParsePrefix("::/0")}}},
