@@ -149,3 +149,11 @@ func cliAs(t *testing.T, uid uint32, args ...string) cliResult {
 	}
 	return cliResult{out.String(), errb.String(), code}
 }
+
+func TestCLICompletion(t *testing.T) {
+	for shell, want := range map[string]string{"bash": "__start_xdpdrop", "zsh": "#compdef xdpdrop", "fish": "complete -c xdpdrop"} {
+		r := cli(t, "completion", shell)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, want, shell)
+	}
+}

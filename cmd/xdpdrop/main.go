@@ -99,6 +99,10 @@ queue is doing.`,
 		a.detachCmd(),
 		a.genCmd(),
 		a.demoCmd(),
+		a.docsCmd(),
 	)
+	// Add cobra's completion command now rather than at Execute, so that
+	// the reference (xdpdrop docs) sees the same tree as users do.
+	root.InitDefaultCompletionCmd()
 	return root
 }
