@@ -231,10 +231,17 @@ func (b *bitmap) set(i int) { b[i/64] |= 1 << (i % 64) }
 type classifier struct {
 	fields uint32
 	kind   [numKinds]bitmap
-	tab    []uint16 // tabHalf entries
-	bm     []bitmap // bmHalf entries
-	chunks int      // trie chunks used in the pool
-	used   [numField]int
+	tabs   [numField][]uint16 // each used field's direct table (the first level for addresses)
+	pool   []uint16           // trie chunks of 256 entries
+	bm     []bitmap           // bmHalf entries
+	used   [numField]int      // classes of each field
+}
+
+func (c *classifier) tab(fld, size int) []uint16 {
+	if c.tabs[fld] == nil {
+		c.tabs[fld] = make([]uint16, size)
+	}
+	return c.tabs[fld]
 }
 
 // compileCompound builds the classifier for rules (the compound rules in
@@ -243,7 +250,7 @@ func compileCompound(rules []*Rule) (*classifier, error) {
 	if len(rules) > maxCompound {
 		return nil, fmt.Errorf("%d compound rules: %w (at most %d)", len(rules), ErrTooManyRules, maxCompound)
 	}
-	c := &classifier{tab: make([]uint16, tabHalf), bm: make([]bitmap, bmHalf)}
+	c := &classifier{bm: make([]bitmap, bmHalf)}
 	if len(rules) == 0 {
 		return c, nil
 	}
@@ -320,7 +327,7 @@ func (c *classifier) exact(fld int, rules []*Rule, size int, get func(*Rule) (in
 			}
 		}
 	}
-	tab := c.tab[fieldTab[fld] : fieldTab[fld]+size]
+	tab := c.tab(fld, size)
 	for k, v := range values {
 		tab[v] = uint16(k + 1)
 	}
@@ -346,7 +353,7 @@ func (c *classifier) ports(fld int, rules []*Rule, get func(*Rule) *PortRange) {
 	c.fields |= 1 << fld
 	c.used[fld] = len(cuts)
 	bm := c.bm[fld*bmField:]
-	tab := c.tab[fieldTab[fld] : fieldTab[fld]+65536]
+	tab := c.tab(fld, 65536)
 	for k, lo := range cuts {
 		hi := 65536
 		if k+1 < len(cuts) {
@@ -399,7 +406,7 @@ func (c *classifier) prefixes(fld int, rules []*Rule, v4 bool, get func(*Rule) n
 			}
 		}
 	}
-	l1 := fieldTab[fld]
+	l1 := c.tab(fld, 65536)
 	for k, p := range ps {
 		if err := c.trieInsert(l1, p, uint16(k+1)); err != nil {
 			return err
@@ -411,7 +418,7 @@ func (c *classifier) prefixes(fld int, rules []*Rule, v4 bool, get func(*Rule) n
 // trieInsert sets the leaves covered by p to class. Prefixes must come
 // shortest first, so that a longer one overwrites a shorter one and a new
 // chunk starts out as the leaf it replaces.
-func (c *classifier) trieInsert(l1 int, p netip.Prefix, class uint16) error {
+func (c *classifier) trieInsert(l1 []uint16, p netip.Prefix, class uint16) error {
 	a := p.Addr().AsSlice()
 	bits := p.Bits()
 	first := int(a[0])<<8 | int(a[1])
@@ -419,35 +426,45 @@ func (c *classifier) trieInsert(l1 int, p netip.Prefix, class uint16) error {
 		n := 1 << (16 - bits)
 		start := first &^ (n - 1)
 		for i := start; i < start+n; i++ {
-			c.tab[l1+i] = class
+			l1[i] = class
 		}
 		return nil
 	}
-	slot := l1 + first // index in c.tab of the entry to descend through
+	// The entry to descend through, as an index: into l1, or into the pool
+	// (which append may move).
+	inL1, at := true, first
+	get := func() uint16 {
+		if inL1 {
+			return l1[at]
+		}
+		return c.pool[at]
+	}
 	for b := 2; ; b++ {
-		e := c.tab[slot]
+		e := get()
 		if e&tabExt == 0 {
-			if c.chunks == tabChunks {
+			chunk := len(c.pool) / 256
+			if chunk == tabChunks {
 				return fmt.Errorf("compound rules: address tries need more than %d chunks: %w", tabChunks, ErrCapacity)
 			}
-			chunk := c.chunks
-			c.chunks++
-			base := tabPool + chunk*256
-			for i := range 256 {
-				c.tab[base+i] = e
+			for range 256 {
+				c.pool = append(c.pool, e)
 			}
-			c.tab[slot] = tabExt | uint16(chunk)
-			e = c.tab[slot]
+			e = tabExt | uint16(chunk)
+			if inL1 {
+				l1[at] = e
+			} else {
+				c.pool[at] = e
+			}
 		}
-		base := tabPool + int(e&^tabExt)*256
+		base := int(e&^tabExt) * 256
 		if bits <= 8*(b+1) { // p ends in byte b: a range of this chunk
 			n := 1 << (8*(b+1) - bits)
-			start := int(a[b]) &^ (n - 1)
+			start := base + int(a[b])&^(n-1)
 			for i := start; i < start+n; i++ {
-				c.tab[base+i] = class
+				c.pool[i] = class
 			}
 			return nil
 		}
-		slot = base + int(a[b])
+		inL1, at = false, base+int(a[b])
 	}
 }

@@ -61,6 +61,14 @@ func v4PrefixOf(p netip.Prefix, val uint32) v4Prefix {
 	return v4Prefix{addr: uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]), bits: uint8(p.Bits()), val: val}
 }
 
+// cost is the number of table entries p covers.
+func (p v4Prefix) cost() int {
+	if p.bits <= 24 {
+		return 1 << (24 - p.bits)
+	}
+	return 256
+}
+
 // build replaces the whole table with prefixes.
 func (t *v4Table) build(prefixes []v4Prefix) error {
 	clear(t.tbl24)
@@ -151,6 +159,13 @@ func (t *v4Table) depthOf(val uint32) int {
 // longest match.
 func (t *v4Table) insert(p v4Prefix) error {
 	l := int(p.bits)
+	var g uint32
+	if l > 24 {
+		var err error
+		if g, err = t.group(p.addr >> 8); err != nil {
+			return err // nothing changed
+		}
+	}
 	t.byLen[l][p.addr] = p.val
 	t.depth[valSlot(p.val)] = uint8(l) + 1
 	t.count++
@@ -181,10 +196,6 @@ func (t *v4Table) insert(p v4Prefix) error {
 		}
 		t.mark24(start, end)
 		return nil
-	}
-	g, err := t.group(p.addr >> 8)
-	if err != nil {
-		return err
 	}
 	start := g*256 + p.addr&0xff
 	set(t.tbl8[start : start+1<<(32-l)])

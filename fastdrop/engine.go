@@ -707,6 +707,7 @@ func (e *Engine) compileChange(next []Rule, slots []uint32, added, removed []int
 	var v4all []v4Prefix
 	var v6all []v6Prefix
 	var compound []*Rule
+	fullCost := tbl24Entries // clearing and writing the whole table
 	for i := range next {
 		r := &next[i]
 		if !r.IsPrefixOnly() {
@@ -715,14 +716,23 @@ func (e *Engine) compileChange(next []Rule, slots []uint32, added, removed []int
 		}
 		val := mkVal(r.Action, slots[i])
 		if r.Src.Addr().Is4() {
-			if e.fullWrite || len(v4add)+len(v4del) > max(1024, e.v4.count/8) {
-				v4all = append(v4all, v4PrefixOf(r.Src, val))
-			}
+			p := v4PrefixOf(r.Src, val)
+			v4all = append(v4all, p)
+			fullCost += p.cost()
 		} else if v6changed || e.fullWrite {
 			v6all = append(v6all, v6PrefixOf(r.Src, val))
 		}
 	}
-	if e.fullWrite || len(v4add)+len(v4del) > max(1024, e.v4.count/8) {
+	// Changing entries in place costs more per entry than filling a fresh
+	// table, but most changes touch a few entries of a big table.
+	incrCost := 0
+	for _, p := range v4add {
+		incrCost += 2 * p.cost()
+	}
+	for _, p := range v4del {
+		incrCost += 2 * p.cost()
+	}
+	if e.fullWrite || incrCost > fullCost {
 		if err := e.v4.build(v4all); err != nil {
 			return err
 		}
@@ -877,19 +887,11 @@ func (e *Engine) writeHalf(h uint32) error {
 func (e *Engine) writeClassifier(h uint32) error {
 	c := e.cls
 	tabBase := int64(h) * int64(tabHalf) * 2
-	writeTab := func(start, n int) error {
-		_, err := e.mem.clsTab.WriteAt(u16Bytes(c.tab[start:start+n]), tabBase+int64(start)*2)
-		return err
-	}
 	for fld := range numField {
 		if c.fields&(1<<fld) == 0 {
 			continue
 		}
-		n := 65536
-		if fld == fldProto {
-			n = 256
-		}
-		if err := writeTab(fieldTab[fld], n); err != nil {
+		if _, err := e.mem.clsTab.WriteAt(u16Bytes(c.tabs[fld]), tabBase+int64(fieldTab[fld])*2); err != nil {
 			return fmt.Errorf("write compound rule tables: %w", err)
 		}
 		start := fld * bmField
@@ -897,8 +899,8 @@ func (e *Engine) writeClassifier(h uint32) error {
 			return fmt.Errorf("write compound rule bitmaps: %w", err)
 		}
 	}
-	if c.chunks > 0 {
-		if err := writeTab(tabPool, c.chunks*256); err != nil {
+	if len(c.pool) > 0 {
+		if _, err := e.mem.clsTab.WriteAt(u16Bytes(c.pool), tabBase+int64(tabPool)*2); err != nil {
 			return fmt.Errorf("write compound rule tables: %w", err)
 		}
 	}

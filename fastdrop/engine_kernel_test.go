@@ -1,14 +1,18 @@
 package fastdrop
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
 
+	"github.com/xdpdrop/xdpdrop/gen"
 	"github.com/xdpdrop/xdpdrop/internal/frames"
 	"github.com/xdpdrop/xdpdrop/internal/testenv"
 )
@@ -144,5 +148,378 @@ drop src 2001:db8::/32
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	_ = netip.Prefix{}
+}
+
+// send runs frame n times through the program (without looking at the
+// result). Not with Repeat: a traced run moves the frame's start, and
+// repeated runs see the moved frame.
+func send(t testing.TB, e *Engine, frame []byte, n int) {
+	t.Helper()
+	out := make([]byte, 4096)
+	for range n {
+		if _, err := e.prog.Run(&ebpf.RunOptions{Data: frame, DataOut: out}); err != nil {
+			t.Fatalf("test run: %v", err)
+		}
+	}
+}
+
+func counters(t testing.TB, e *Engine) *Counters {
+	t.Helper()
+	c, err := e.Counters()
+	if err != nil {
+		t.Fatalf("Counters: %v", err)
+	}
+	return c
+}
+
+// ruleCount returns the counter of the rule with text s.
+func ruleCount(t testing.TB, c *Counters, s string) Counter {
+	t.Helper()
+	for _, rc := range c.Rules {
+		if rc.Rule.String() == s {
+			return rc.Counter
+		}
+	}
+	t.Fatalf("no rule %q in the counters", s)
+	return Counter{}
+}
+
+func TestCounters(t *testing.T) {
+	e := newTestEngine(t, testOptions)
+	mustApply(t, e, kParse(t, `
+malformed drop
+drop udp dport 53
+pass tcp
+drop src 192.0.2.0/24
+drop src 2001:db8::/32
+`))
+	dns := frames.UDP4("198.51.100.1", "10.0.0.1", 1000, 53, 10).Bytes
+	web := frames.TCP4("198.51.100.1", "10.0.0.1", 1000, 80, 0).Bytes
+	v4 := spec4("192.0.2.9", "10.0.0.1", 47, 0, 0).Build().Bytes
+	v6 := spec6("2001:db8::9", "2001:db8::1", 47, 0, 0).Build().Bytes
+	other := spec4("198.51.100.1", "10.0.0.1", 47, 0, 0).Build().Bytes
+	bad := frames.UDP4("198.51.100.1", "10.0.0.1", 1000, 53, 10).CorruptIPv4IHL(2).Bytes
+	send(t, e, dns, 3)
+	send(t, e, web, 5)
+	send(t, e, v4, 7)
+	send(t, e, v6, 11)
+	send(t, e, other, 13)
+	send(t, e, bad, 17)
+	c := counters(t, e)
+	want := []Counter{
+		{3, 3 * uint64(len(dns))},
+		{5, 5 * uint64(len(web))},
+		{7, 7 * uint64(len(v4))},
+		{11, 11 * uint64(len(v6))},
+	}
+	for i, w := range want {
+		if c.Rules[i].Counter != w || c.Rules[i].Index != i {
+			t.Errorf("rule %d (%s): %+v, want %+v", i, c.Rules[i].Rule, c.Rules[i], w)
+		}
+	}
+	if w := (Counter{13, 13 * uint64(len(other))}); c.Default != w {
+		t.Errorf("default: %+v, want %+v", c.Default, w)
+	}
+	if w := (Counter{17, 17 * uint64(len(bad))}); c.Malformed != w {
+		t.Errorf("malformed: %+v, want %+v", c.Malformed, w)
+	}
+	dropped := Counter{3 + 7 + 11 + 17, 3*uint64(len(dns)) + 7*uint64(len(v4)) + 11*uint64(len(v6)) + 17*uint64(len(bad))}
+	passed := Counter{5 + 13, 5*uint64(len(web)) + 13*uint64(len(other))}
+	if c.Drop != dropped || c.Pass != passed || c.Aborted != (Counter{}) {
+		t.Errorf("verdicts: drop %+v pass %+v aborted %+v, want drop %+v pass %+v", c.Drop, c.Pass, c.Aborted, dropped, passed)
+	}
+}
+
+// TestCountersSurviveChanges: changing some rules keeps the others'
+// counters; a rule that is removed and added again starts from zero.
+func TestCountersSurviveChanges(t *testing.T) {
+	e := newTestEngine(t, testOptions)
+	mustApply(t, e, kParse(t, `
+drop udp dport 53
+drop tcp dport 80
+drop src 192.0.2.0/24
+drop src 2001:db8::/32
+`))
+	dns := frames.UDP4("198.51.100.1", "10.0.0.1", 1000, 53, 10).Bytes
+	v4 := spec4("192.0.2.9", "10.0.0.1", 47, 0, 0).Build().Bytes
+	v6 := spec6("2001:db8::9", "2001:db8::1", 47, 0, 0).Build().Bytes
+	send(t, e, dns, 2)
+	send(t, e, v4, 3)
+	send(t, e, v6, 4)
+	check := func(step string, wantDNS, wantV4, wantV6 uint64) {
+		t.Helper()
+		c := counters(t, e)
+		if got := ruleCount(t, c, "drop udp dport 53").Packets; got != wantDNS {
+			t.Errorf("%s: dns rule %d packets, want %d", step, got, wantDNS)
+		}
+		if got := ruleCount(t, c, "drop src 192.0.2.0/24").Packets; got != wantV4 {
+			t.Errorf("%s: v4 prefix %d packets, want %d", step, got, wantV4)
+		}
+		if got := ruleCount(t, c, "drop src 2001:db8::/32").Packets; got != wantV6 {
+			t.Errorf("%s: v6 prefix %d packets, want %d", step, got, wantV6)
+		}
+	}
+	check("start", 2, 3, 4)
+	if err := e.Add(Rule{Action: ActionPass, Src: netip.MustParsePrefix("198.51.100.0/24")}, Rule{Action: ActionDrop, Src: netip.MustParsePrefix("2001:db8:1::/48")}); err != nil {
+		t.Fatal(err)
+	}
+	check("after Add", 2, 3, 4)
+	if err := e.Delete(kParse(t, "drop tcp dport 80").Rules[0]); err != nil {
+		t.Fatal(err)
+	}
+	check("after Delete", 2, 3, 4)
+	if err := e.Apply(kParse(t, "drop src 2001:db8::/32\ndrop udp dport 53\ndrop src 192.0.2.0/24\ndrop icmp")); err != nil {
+		t.Fatal(err)
+	}
+	check("after Apply of a reordered set", 2, 3, 4)
+	r := kParse(t, "drop src 192.0.2.0/24").Rules[0]
+	if err := e.Replace(r, Rule{Action: ActionPass, Src: r.Src}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Replace(Rule{Action: ActionPass, Src: r.Src}, r); err != nil {
+		t.Fatal(err)
+	}
+	check("after replacing the v4 prefix rule and back", 2, 0, 4)
+	send(t, e, v4, 1)
+	check("after one more frame", 2, 1, 4)
+}
+
+func TestAddDeleteReplace(t *testing.T) {
+	e := newTestEngine(t, testOptions)
+	mustApply(t, e, kParse(t, "drop udp dport 53\ndrop src 192.0.2.0/24"))
+	dns := frames.UDP4("192.0.2.1", "10.0.0.1", 1000, 53, 10).Bytes
+	gre := spec4("192.0.2.1", "10.0.0.1", 47, 0, 0).Build().Bytes
+	expect := func(step string, frame []byte, want Result) {
+		t.Helper()
+		got, err := newRunner(e).run(frame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Result != want {
+			t.Errorf("%s: %v, want %v", step, got, want)
+		}
+	}
+	expect("start", dns, kCompound(ActionDrop, 0))
+	expect("start", gre, kPrefix(ActionDrop, 1))
+
+	// Add puts compound rules last.
+	if err := e.Add(kParse(t, "pass udp src 192.0.2.0/24\npass proto 47").Rules...); err != nil {
+		t.Fatal(err)
+	}
+	expect("after Add", dns, kCompound(ActionDrop, 0))
+	expect("after Add", gre, kCompound(ActionPass, 3))
+	// Replace keeps the position.
+	if err := e.Replace(kParse(t, "drop udp dport 53").Rules[0], kParse(t, "pass udp dport 53-54").Rules[0]); err != nil {
+		t.Fatal(err)
+	}
+	expect("after Replace", dns, kCompound(ActionPass, 0))
+	if err := e.Delete(kParse(t, "pass udp dport 53-54\npass proto 47").Rules...); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := e.RuleSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ruleSetText(rs); got != "policy pass\nmalformed pass\ndrop src 192.0.2.0/24 # 0\npass udp src 192.0.2.0/24 # 1\n" {
+		t.Errorf("rule set after Delete:\n%s", got)
+	}
+	expect("after Delete", dns, kCompound(ActionPass, 1))
+	expect("after Delete", gre, kPrefix(ActionDrop, 0))
+
+	// Errors change nothing.
+	err = e.Delete(kParse(t, "drop icmp").Rules[0])
+	if !errors.Is(err, ErrRuleNotFound) {
+		t.Errorf("Delete of a missing rule: %v, want ErrRuleNotFound", err)
+	}
+	err = e.Add(Rule{Action: ActionPass, Src: netip.MustParsePrefix("192.0.2.0/24")})
+	if !errors.Is(err, ErrDuplicatePrefix) {
+		t.Errorf("Add of a prefix twice: %v, want ErrDuplicatePrefix", err)
+	}
+	err = e.Add(Rule{Action: ActionRedirect, Src: netip.MustParsePrefix("10.0.0.0/8")})
+	if !errors.Is(err, ErrUnsupportedAction) {
+		t.Errorf("Add of a redirect rule: %v, want ErrUnsupportedAction", err)
+	}
+	expect("after errors", gre, kPrefix(ActionDrop, 0))
+}
+
+func TestCapacityErrors(t *testing.T) {
+	e := newTestEngine(t, Options{MaxRules: 100, IPv4Blocks: 4, IPv6Entries: 1024})
+	many := func(n int, f func(i int) string) *RuleSet {
+		var b strings.Builder
+		for i := range n {
+			b.WriteString(f(i) + "\n")
+		}
+		return kParse(t, b.String())
+	}
+	for _, tc := range []struct {
+		name string
+		rs   *RuleSet
+		want string
+	}{
+		{"rules", many(101, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.0/24", i) }), "MaxRules"},
+		{"IPv4 blocks", many(5, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.1", i) }), "IPv4Blocks"},
+		{"IPv6 entries", many(99, func(i int) string { return fmt.Sprintf("drop src 2001:db8:%x::/48", i) }), ""},
+	} {
+		err := e.Apply(tc.rs)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrCapacity) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrCapacity naming %s", tc.name, err, tc.want)
+		}
+	}
+	// After the errors the last good set is in force.
+	got, err := newRunner(e).run(spec6("2001:db8:5::1", "2001:db8::1", 47, 0, 0).Build().Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Result != kPrefix(ActionDrop, 5) {
+		t.Errorf("after capacity errors: %v", got)
+	}
+	big := Options{MaxRules: 100, IPv4Blocks: 4, IPv6Entries: 1024}
+	e2 := newTestEngine(t, big)
+	rs := &RuleSet{}
+	base := netip.MustParseAddr("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff").As16()
+	for i := range 400 {
+		a := base
+		a[15] = byte(i)
+		a[14] = byte(i >> 8)
+		p, _ := netip.AddrFrom16(a).Prefix(32 + i%96)
+		if !slices.ContainsFunc(rs.Rules, func(r Rule) bool { return r.Src == p }) {
+			rs.Rules = append(rs.Rules, Rule{Action: ActionDrop, Src: p})
+		}
+	}
+	err = e2.Apply(rs)
+	if !errors.Is(err, ErrCapacity) {
+		t.Errorf("IPv6 table overflow: %v, want ErrCapacity", err)
+	}
+}
+
+// pinEngine pins what Open needs, as the loader does.
+func pinEngine(t testing.TB, e *Engine) string {
+	t.Helper()
+	dir := testenv.TempPinDir(t)
+	for name, m := range e.Maps() {
+		if err := m.Pin(filepath.Join(dir, name)); err != nil {
+			t.Fatalf("pin %s: %v", name, err)
+		}
+	}
+	if err := e.Program().Pin(filepath.Join(dir, "xdp_fastdrop")); err != nil {
+		t.Fatalf("pin program: %v", err)
+	}
+	return dir
+}
+
+// TestOpen: a second process (here a second Engine from the pins) sees the
+// rule set, policies and counters, and its changes reach the program and
+// the first Engine.
+func TestOpen(t *testing.T) {
+	e := newTestEngine(t, testOptions)
+	text := `
+policy drop
+malformed drop
+drop udp dport 53 src 10.0.0.0/8
+pass src 10.1.0.0/16
+drop src 10.1.2.0/24
+pass tcp dport 22
+drop src 2001:db8::/32
+pass proto 47 dst 2001:db8::1
+`
+	mustApply(t, e, kParse(t, text))
+	dns := frames.UDP4("10.1.2.3", "10.0.0.1", 1000, 53, 10).Bytes
+	send(t, e, dns, 4)
+	dir := pinEngine(t, e)
+
+	o, err := Open(dir)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := o.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	want, _ := e.RuleSet()
+	got, err := o.RuleSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ruleSetText(got) != ruleSetText(want) {
+		t.Errorf("reopened rule set:\n%s\nwant:\n%s", ruleSetText(got), ruleSetText(want))
+	}
+	if c := ruleCount(t, counters(t, o), "drop udp src 10.0.0.0/8 dport 53"); c.Packets != 4 {
+		t.Errorf("reopened counters: %+v, want 4 packets", c)
+	}
+	if o.Program() == nil {
+		t.Error("Open found no program")
+	}
+
+	// A change through the reopened engine...
+	if err := o.Add(kParse(t, "drop src 10.1.2.3").Rules[0]); err != nil {
+		t.Fatalf("Add through Open: %v", err)
+	}
+	if err := o.Delete(kParse(t, "pass tcp dport 22").Rules[0]); err != nil {
+		t.Fatalf("Delete through Open: %v", err)
+	}
+	// ...is what the program does, and what the first engine reports.
+	now, err := e.RuleSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(now.Rules); n != 6 {
+		t.Errorf("first engine sees %d rules after the change, want 6:\n%s", n, ruleSetText(now))
+	}
+	r, m := newRunner(e), NewModel(now)
+	gre := spec4("10.1.2.3", "10.0.0.1", 47, 0, 0).Build().Bytes
+	for _, f := range [][]byte{dns, gre, frames.TCP4("10.9.9.9", "10.0.0.1", 1, 22, 0).Bytes} {
+		got, err := r.run(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := m.Eval(f); got.Result != w {
+			t.Errorf("frame %x: kernel %v, model %v", f, got, w)
+		}
+	}
+	if c := ruleCount(t, counters(t, e), "drop udp src 10.0.0.0/8 dport 53"); c.Packets != 5 {
+		t.Errorf("counters after the change: %+v, want 5 packets", c)
+	}
+	// And the first engine can change it again.
+	if err := e.Apply(kParse(t, "drop udp dport 53 src 10.0.0.0/8")); err != nil {
+		t.Fatal(err)
+	}
+	if rs, _ := o.RuleSet(); len(rs.Rules) != 1 || rs.EffectivePolicy() != ActionPass {
+		t.Errorf("reopened engine after Apply: %s", ruleSetText(rs))
+	}
+}
+
+// TestRecordLayout checks the hand-written rule record encoding against the
+// struct bpf2go generated from struct fd_rule_rec.
+func TestRecordLayout(t *testing.T) {
+	r := kParse(t, "drop tcp src 2001:db8::/32 sport 1-2 dst 2001:db8:1::1 dport 3-4").Rules[0]
+	r.Line = 77
+	var b [recSize]byte
+	encodeRecord(b[:], &r, 5, 3)
+	var rec gen.FastdropFdRuleRec
+	if _, err := binary.Decode(b[:], binary.LittleEndian, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if binary.Size(rec) != recSize {
+		t.Fatalf("struct fd_rule_rec is %d bytes, want %d", binary.Size(rec), recSize)
+	}
+	want := gen.FastdropFdRuleRec{Action: 1, Flags: recFlagSrc | recFlagDst | recFlagProto | recFlagSport | recFlagDport,
+		Proto: 6, SrcLen: 32, DstLen: 128, Family: 6, Halves: 3, SportLo: 1, SportHi: 2, DportLo: 3, DportHi: 4,
+		Line: 77, Order: 5, Src: netip.MustParseAddr("2001:db8::").As16(), Dst: netip.MustParseAddr("2001:db8:1::1").As16()}
+	if rec != want {
+		t.Errorf("decoded %+v\nwant    %+v", rec, want)
+	}
+	back, order, halves, ok := decodeRecord(b[:])
+	if !ok || order != 5 || halves != 3 || back.String() != r.String() || back.Line != 77 {
+		t.Errorf("decodeRecord: %s order %d halves %d ok %v", back.String(), order, halves, ok)
+	}
+	if n := binary.Size(gen.FastdropFdV6Ent{}); n != v6EntSize {
+		t.Errorf("struct fd_v6_ent is %d bytes, want %d", n, v6EntSize)
+	}
 }
