@@ -2,14 +2,19 @@ package xsk_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpdrop/xdpdrop/internal/frames"
@@ -26,7 +31,7 @@ type env struct {
 	gen  *pktgen.Generator
 }
 
-func newEnv(t *testing.T, queues int, ropts xsk.RedirectOptions) *env {
+func newEnv(t testing.TB, queues int, ropts xsk.RedirectOptions) *env {
 	t.Helper()
 	if runtime.NumCPU() < 2 {
 		testenv.SkipOrFail(t, "needs 2 CPUs to steer frames to two veth queues (have %d)", runtime.NumCPU())
@@ -72,7 +77,7 @@ func newEnv(t *testing.T, queues int, ropts xsk.RedirectOptions) *env {
 // send transmits each frame count times from the peer into the host end,
 // on a thread pinned to cpu: veth hands frames that arrive by XDP_TX to rx
 // queue (sending CPU mod queue count), so cpu picks the queue.
-func (e *env) send(t *testing.T, cpu int, count uint32, fs ...[]byte) {
+func (e *env) send(t testing.TB, cpu int, count uint32, fs ...[]byte) {
 	t.Helper()
 	if err := e.sendErr(cpu, count, fs...); err != nil {
 		t.Fatal(err)
@@ -108,7 +113,7 @@ func (e *env) sendErr(cpu int, count uint32, fs ...[]byte) error {
 }
 
 // open opens a socket on the host end.
-func (e *env) open(t *testing.T, opts xsk.Options) *xsk.Socket {
+func (e *env) open(t testing.TB, opts xsk.Options) *xsk.Socket {
 	t.Helper()
 	opts.Ifindex = e.veth.Index
 	s, err := xsk.Open(opts)
@@ -150,7 +155,7 @@ func ours(b []byte) bool {
 
 // receive collects frames from s until want have arrived or the deadline
 // passes, copying them out and releasing them.
-func receive(t *testing.T, s *xsk.Socket, want int, timeout time.Duration) [][]byte {
+func receive(t testing.TB, s *xsk.Socket, want int, timeout time.Duration) [][]byte {
 	t.Helper()
 	var got [][]byte
 	buf := make([]xsk.Frame, 64)
@@ -178,6 +183,84 @@ func receive(t *testing.T, s *xsk.Socket, want int, timeout time.Duration) [][]b
 	return got
 }
 
+// genEnv carries the generator's job to a child copy of the test binary:
+// "netns-name ifindex cpu hex-frame". A separate process keeps the
+// generator's 10ms-long system calls out of the consumer's Go scheduler.
+const genEnv = "XSK_TEST_GENERATOR"
+
 func TestMain(m *testing.M) {
+	if job := os.Getenv(genEnv); job != "" {
+		if err := runGenerator(job); err != nil {
+			fmt.Fprintln(os.Stderr, "generator:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
+}
+
+// runGenerator sends until its parent closes stdin (or dies).
+func runGenerator(job string) error {
+	var ns string
+	var ifindex, cpu int
+	var hexFrame string
+	if _, err := fmt.Sscan(job, &ns, &ifindex, &cpu, &hexFrame); err != nil {
+		return fmt.Errorf("parse job %q: %w", job, err)
+	}
+	frame, err := hex.DecodeString(hexFrame)
+	if err != nil {
+		return err
+	}
+	runtime.LockOSThread()
+	h, err := netns.GetFromName(ns)
+	if err != nil {
+		return err
+	}
+	if err := netns.Set(h); err != nil {
+		return err
+	}
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return err
+	}
+	g, err := pktgen.New(pktgen.Options{})
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		io.Copy(io.Discard, os.Stdin) // returns when the parent closes the pipe
+		cancel()
+	}()
+	_, err = g.Run(ctx, ifindex, frame, pktgen.RunOptions{Batch: 256})
+	return err
+}
+
+// generate starts a generator process sending frame from the peer on cpu,
+// until the returned stop function is called.
+func (e *env) generate(tb testing.TB, cpu int, frame []byte) (stop func()) {
+	tb.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d %x", genEnv, e.veth.NSName, e.veth.PeerIndex, cpu, frame))
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	return func() {
+		in.Close()
+		if err := cmd.Wait(); err != nil {
+			tb.Errorf("generator: %v: %s", err, stderr.String())
+		}
+	}
 }
