@@ -81,6 +81,8 @@ func benchCases() []benchCase {
 		{name: "spin", opts: xsk.Options{Wait: xsk.WaitSpin}},
 		{name: "spin-no-need-wakeup", opts: xsk.Options{Wait: xsk.WaitSpin, DisableNeedWakeup: true}},
 		{name: "default-no-need-wakeup", opts: xsk.Options{DisableNeedWakeup: true}},
+		{name: "block-batch512", opts: xsk.Options{Wait: xsk.WaitBlock, Batch: 512}},
+		{name: "poll-batch512", opts: xsk.Options{Wait: xsk.WaitPoll, Batch: 512}},
 		{name: "busypoll-spin", opts: xsk.Options{Wait: xsk.WaitSpin, BusyPoll: xsk.BusyPoll{Enable: true}}, napi: true},
 	}
 }
