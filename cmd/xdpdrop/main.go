@@ -40,7 +40,10 @@ type app struct {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP (terminal closed) and SIGPIPE (output piped into a reader
+	// that left, e.g. `| head`) must not kill a foreground command before
+	// it removes what it made: they cancel it like Ctrl-C.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	defer stop()
 
 	a := &app{stdout: stdout, stderr: stderr}

@@ -15,7 +15,7 @@ import (
 
 // verdictRow is one verdict counter in `stats --json`.
 type verdictRow struct {
-	Verdict string  `json:"verdict"` // drop, pass, malformed, default, aborted
+	Verdict string  `json:"verdict"` // drop, pass, malformed, default
 	Packets uint64  `json:"packets"`
 	Bytes   uint64  `json:"bytes"`
 	PPS     float64 `json:"pps,omitempty"` // with --watch: rate since the last sample
@@ -167,7 +167,6 @@ func sample(s dropSource) (*ifaceStats, error) {
 			{Verdict: "pass", Packets: c.Pass.Packets, Bytes: c.Pass.Bytes},
 			{Verdict: "malformed", Packets: c.Malformed.Packets, Bytes: c.Malformed.Bytes},
 			{Verdict: "default", Packets: c.Default.Packets, Bytes: c.Default.Bytes},
-			{Verdict: "aborted", Packets: c.Aborted.Packets, Bytes: c.Aborted.Bytes},
 		},
 	}
 	for _, r := range ruleRows(c) {
