@@ -47,23 +47,41 @@ func pin(tb testing.TB, cpu int) func() {
 	}
 }
 
-// dropAtPeer attaches a native XDP_DROP program to the peer, so frames the
-// socket sends (txonly, l2fwd) end there.
-func (e *env) dropAtPeer(tb testing.TB) {
+// dropAtPeer attaches a native program to the peer that counts and drops
+// the frames the socket sends (txonly, l2fwd), and returns a function that
+// reads that count: frames that really made it out.
+func (e *env) dropAtPeer(tb testing.TB) (arrived func() uint64) {
+	spec, err := gen.LoadBasic()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := spec.Variables[gen.BasicVarCountVerdict].Set(uint32(gen.BasicVerdictVERDICT_DROP)); err != nil {
+		tb.Fatal(err)
+	}
 	var objs gen.BasicObjects
-	if err := gen.LoadBasicObjects(&objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { objs.Close() })
-	err := e.veth.InPeerNS(func() error {
-		l, err := link.AttachXDP(link.XDPOptions{Program: objs.XdpDrop, Interface: e.veth.PeerIndex, Flags: link.XDPDriverMode})
+	if err := e.veth.InPeerNS(func() error {
+		l, err := link.AttachXDP(link.XDPOptions{Program: objs.XdpCount, Interface: e.veth.PeerIndex, Flags: link.XDPDriverMode})
 		if err == nil {
 			tb.Cleanup(func() { l.Close() })
 		}
 		return err
-	})
-	if err != nil {
+	}); err != nil {
 		tb.Fatal(err)
+	}
+	return func() uint64 {
+		var per []gen.BasicCounter
+		if err := objs.Verdicts.Lookup(uint32(gen.BasicVerdictVERDICT_DROP), &per); err != nil {
+			tb.Fatal(err)
+		}
+		var n uint64
+		for _, c := range per {
+			n += c.Packets
+		}
+		return n
 	}
 }
 
@@ -188,7 +206,7 @@ func BenchmarkL2Fwd(b *testing.B) {
 	for _, c := range benchCases()[:4] {
 		b.Run(c.name+"/other-core", func(b *testing.B) {
 			e := newEnv(b, 1, xsk.RedirectOptions{})
-			e.dropAtPeer(b)
+			arrived := e.dropAtPeer(b)
 			s := e.open(b, c.opts)
 			stop := e.generate(b, genCPU, e.udp(1000, 2000, 0, 18))
 			defer stop()
@@ -197,6 +215,7 @@ func BenchmarkL2Fwd(b *testing.B) {
 			before, _ := s.Stats()
 			b.ReportAllocs()
 			b.ResetTimer()
+			a0 := arrived()
 			start := time.Now()
 			if err := xsk.L2Fwd(context.Background(), s, xsk.ModeOptions{Frames: uint64(b.N)}); err != nil {
 				b.Fatal(err)
@@ -204,6 +223,7 @@ func BenchmarkL2Fwd(b *testing.B) {
 			elapsed := time.Since(start)
 			b.StopTimer()
 			report(b, s, before, elapsed, uint64(b.N))
+			b.ReportMetric(float64(arrived()-a0)/elapsed.Seconds()/1e6, "out-Mpps")
 		})
 	}
 }
@@ -212,13 +232,14 @@ func BenchmarkTxOnly(b *testing.B) {
 	for _, c := range []benchCase{{name: "default"}, {name: "no-need-wakeup", opts: xsk.Options{DisableNeedWakeup: true}}} {
 		b.Run(c.name, func(b *testing.B) {
 			e := newEnv(b, 1, xsk.RedirectOptions{})
-			e.dropAtPeer(b)
+			arrived := e.dropAtPeer(b)
 			s := e.open(b, c.opts)
 			frame := e.udp(1000, 2000, 0, 18)
 			defer pin(b, 1)()
 			before, _ := s.Stats()
 			b.ReportAllocs()
 			b.ResetTimer()
+			a0 := arrived()
 			start := time.Now()
 			if err := xsk.TxOnly(context.Background(), s, frame, xsk.ModeOptions{Frames: uint64(b.N)}); err != nil {
 				b.Fatal(err)
@@ -226,6 +247,7 @@ func BenchmarkTxOnly(b *testing.B) {
 			elapsed := time.Since(start)
 			b.StopTimer()
 			report(b, s, before, elapsed, uint64(b.N))
+			b.ReportMetric(float64(arrived()-a0)/elapsed.Seconds()/1e6, "out-Mpps")
 		})
 	}
 }

@@ -118,12 +118,14 @@ func (s *Socket) Release(frames []Frame) error {
 	prod := s.fill.prod
 	var k uint32
 	var err error
+	done := 0
 	for i := range frames {
 		fi, e := s.hold(&frames[i])
 		if e != nil {
 			err = e
 			break
 		}
+		done++
 		base := fi << s.shift
 		if k < room {
 			*s.fill.at(prod + k) = base
@@ -139,7 +141,7 @@ func (s *Socket) Release(frames []Frame) error {
 		s.fill.submit(k)
 		s.c.fillSubmitted.Add(uint64(k))
 	}
-	s.c.released.Add(uint64(len(frames)))
+	s.c.released.Add(uint64(done))
 	return err
 }
 

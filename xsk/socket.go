@@ -416,6 +416,10 @@ func (o *Options) fillDefaults() error {
 		} else if o.UMEMOptions.FrameCount != 0 {
 			count = o.UMEMOptions.FrameCount
 		}
+		if count == 0 {
+			return fmt.Errorf("xsk: the UMEM has no frames left for another socket: %w "+
+				"(raise UMEMOptions.FrameCount or set Options.Frames lower on each socket)", ErrInvalidOptions)
+		}
 		o.Frames = min(o.Frames, count)
 	}
 	if o.Frames < 1 {
@@ -507,14 +511,21 @@ func (s *Socket) UMEM() *UMEM { return s.umem }
 // UMEM is closed too. Close is idempotent.
 func (s *Socket) Close() error {
 	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
 	if s.closed.Load() {
+		s.closeMu.Unlock()
 		return nil
 	}
 	s.closing.Store(true)
 	s.wakePoll()
-	s.runMu.Lock() // wait for Run to return
+	// Not holding closeMu while Run finishes: its handler may call Stats.
+	s.closeMu.Unlock()
+	s.runMu.Lock() // wait for Run (or TxOnly) to return
 	defer s.runMu.Unlock()
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed.Load() { // a concurrent Close finished first
+		return nil
+	}
 	s.closed.Store(true)
 	return s.teardown()
 }

@@ -881,3 +881,79 @@ func ExampleSocket_Receive() {
 		}
 	}
 }
+
+// TestBusyPoll: the socket options are set as asked (budget 64 by
+// default), and the NAPI helper writes, reads back, restores and explains.
+func TestBusyPoll(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	s := e.open(t, xsk.Options{Queue: 0, BusyPoll: xsk.BusyPoll{Enable: true}})
+	for _, o := range []struct {
+		name      string
+		opt, want int
+	}{
+		{"SO_PREFER_BUSY_POLL", unix.SO_PREFER_BUSY_POLL, 1},
+		{"SO_BUSY_POLL", unix.SO_BUSY_POLL, 20},
+		// SO_BUSY_POLL_BUDGET has no getsockopt in the kernel; Open
+		// would have failed had setting it failed.
+	} {
+		got, err := unix.GetsockoptInt(s.Fd(), unix.SOL_SOCKET, o.opt)
+		if err != nil || got != o.want {
+			t.Errorf("%s = %d (%v), want %d", o.name, got, err, o.want)
+		}
+	}
+
+	if note := xsk.NAPIDeferNote(e.veth.Name); !strings.Contains(note, "napi_defer_hard_irqs") {
+		t.Errorf("note on a fresh veth: %q", note)
+	}
+	prev, err := xsk.SetNAPIDefer(e.veth.Name, xsk.RecommendedNAPIDefer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := xsk.GetNAPIDefer(e.veth.Name); err != nil || got != xsk.RecommendedNAPIDefer() {
+		t.Errorf("read back %+v (%v)", got, err)
+	}
+	if note := xsk.NAPIDeferNote(e.veth.Name); note != "" {
+		t.Errorf("note after setting: %q", note)
+	}
+	if _, err := xsk.SetNAPIDefer(e.veth.Name, prev); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := xsk.GetNAPIDefer(e.veth.Name); got != prev {
+		t.Errorf("restore: %+v, want %+v", got, prev)
+	}
+	if _, err := xsk.GetNAPIDefer("../etc"); !errors.Is(err, xsk.ErrInvalidOptions) {
+		t.Errorf("path in interface name: %v", err)
+	}
+}
+
+// TestStatsFromHandlerDuringClose: a handler that reads Stats while
+// another goroutine closes the socket must not deadlock Close.
+func TestStatsFromHandlerDuringClose(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	s, err := xsk.Open(xsk.Options{Ifindex: e.veth.Index, Queue: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.red.Register(s); err != nil {
+		t.Fatal(err)
+	}
+	inHandler := make(chan struct{})
+	var once sync.Once
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(context.Background(), func([]xsk.Frame, []xsk.Verdict) error {
+			once.Do(func() { close(inHandler) })
+			time.Sleep(20 * time.Millisecond) // Close starts meanwhile
+			s.Stats()                         // ErrClosed or numbers; must return
+			return nil
+		})
+	}()
+	e.send(t, 0, 10, e.udp(1, 2, 3, 4))
+	<-inHandler
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}

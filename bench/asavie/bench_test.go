@@ -24,6 +24,11 @@ func mpps(b *testing.B, frames int, d time.Duration) {
 	b.ReportMetric(float64(frames)/d.Seconds()/1e6, "Mpps")
 }
 
+// outMpps reports the rate at which frames arrived at the peer.
+func outMpps(b *testing.B, arrived func() uint64, before uint64, d time.Duration) {
+	b.ReportMetric(float64(arrived()-before)/d.Seconds()/1e6, "out-Mpps")
+}
+
 // openXSK attaches xdpdrop's redirect program and opens an xsk socket.
 func openXSK(b *testing.B, e *env, opts xsk.Options) *xsk.Socket {
 	red, err := xsk.NewRedirect(xsk.RedirectOptions{})
@@ -86,88 +91,102 @@ var xskModes = []struct {
 	{"xsk/busypoll-spin", xsk.Options{Wait: xsk.WaitSpin, BusyPoll: xsk.BusyPoll{Enable: true}}, true},
 }
 
+// placements: the consumer on the other core than the generator and the
+// kernel's receive work, or on the same core (sharing it with both).
+var placements = []struct {
+	name string
+	cpu  int
+}{{"other-core", consumerCPU}, {"same-core", genCPU}}
+
 func BenchmarkRxDrop(b *testing.B) {
-	for _, m := range xskModes {
-		b.Run(m.name, func(b *testing.B) {
-			e := newEnv(b)
-			if m.napi {
-				prev, err := xsk.SetNAPIDefer(e.veth.Name, xsk.RecommendedNAPIDefer())
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { xsk.SetNAPIDefer(e.veth.Name, prev) })
-			}
-			s := openXSK(b, e, m.opts)
-			defer e.generate(b)()
-			defer pin(b, consumerCPU)()
-			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			if err := xsk.RxDrop(context.Background(), s, xsk.ModeOptions{Frames: uint64(b.N)}); err != nil {
-				b.Fatal(err)
-			}
-			mpps(b, b.N, time.Since(start))
-		})
-	}
-	for _, poll := range []bool{true, false} {
-		name := "asavie/poll"
-		if !poll {
-			name = "asavie/spin"
-		}
-		b.Run(name, func(b *testing.B) {
-			e := newEnv(b)
-			s := openAsavie(b, e)
-			defer e.generate(b)()
-			defer pin(b, consumerCPU)()
-			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			// The loop of asavie/xdp's examples (dumpframes, rebroadcast):
-			// refill, wait in poll(), take what arrived. Received frames
-			// go back with the next Fill.
-			for n := 0; n < b.N; {
-				s.Fill(s.GetDescs(s.NumFreeFillSlots(), true))
-				var numRx int
-				if poll {
-					var err error
-					if numRx, _, err = s.Poll(-1); err != nil {
+	for _, p := range placements {
+		for _, m := range xskModes {
+			b.Run(m.name+"/"+p.name, func(b *testing.B) {
+				e := newEnv(b)
+				if m.napi {
+					prev, err := xsk.SetNAPIDefer(e.veth.Name, xsk.RecommendedNAPIDefer())
+					if err != nil {
 						b.Fatal(err)
 					}
-				} else if numRx = s.NumReceived(); numRx == 0 {
-					continue
+					b.Cleanup(func() { xsk.SetNAPIDefer(e.veth.Name, prev) })
 				}
-				n += len(s.Receive(numRx))
+				s := openXSK(b, e, m.opts)
+				defer e.generate(b)()
+				defer pin(b, p.cpu)()
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				if err := xsk.RxDrop(context.Background(), s, xsk.ModeOptions{Frames: uint64(b.N)}); err != nil {
+					b.Fatal(err)
+				}
+				mpps(b, b.N, time.Since(start))
+			})
+		}
+		for _, poll := range []bool{true, false} {
+			name := "asavie/poll/" + p.name
+			if !poll {
+				name = "asavie/spin/" + p.name
 			}
-			mpps(b, b.N, time.Since(start))
-		})
+			b.Run(name, func(b *testing.B) {
+				e := newEnv(b)
+				s := openAsavie(b, e)
+				defer e.generate(b)()
+				defer pin(b, p.cpu)()
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				// The loop of asavie/xdp's examples (dumpframes,
+				// rebroadcast): refill, wait in poll(), take what
+				// arrived. Received frames go back with the next Fill.
+				for n := 0; n < b.N; {
+					s.Fill(s.GetDescs(s.NumFreeFillSlots(), true))
+					var numRx int
+					if poll {
+						var err error
+						if numRx, _, err = s.Poll(-1); err != nil {
+							b.Fatal(err)
+						}
+					} else if numRx = s.NumReceived(); numRx == 0 {
+						continue
+					}
+					n += len(s.Receive(numRx))
+				}
+				mpps(b, b.N, time.Since(start))
+			})
+		}
 	}
 }
 
 func BenchmarkTxOnly(b *testing.B) {
-	for _, m := range xskModes[:1] {
+	for _, m := range []int{0, 4} { // default, need_wakeup off
+		m := xskModes[m]
 		b.Run(m.name, func(b *testing.B) {
 			e := newEnv(b)
-			e.dropAtPeer(b)
+			arrived := e.dropAtPeer(b)
 			s := openXSK(b, e, m.opts)
 			frame := e.frame()
 			defer pin(b, consumerCPU)()
 			b.ReportAllocs()
 			b.ResetTimer()
+			a0 := arrived()
 			start := time.Now()
 			if err := xsk.TxOnly(context.Background(), s, frame, xsk.ModeOptions{Frames: uint64(b.N)}); err != nil {
 				b.Fatal(err)
 			}
-			mpps(b, b.N, time.Since(start))
+			elapsed := time.Since(start)
+			mpps(b, b.N, elapsed)
+			outMpps(b, arrived, a0, elapsed)
 		})
 	}
 	b.Run("asavie", func(b *testing.B) {
 		e := newEnv(b)
-		e.dropAtPeer(b)
+		arrived := e.dropAtPeer(b)
 		s := openAsavie(b, e)
 		frame := e.frame()
 		defer pin(b, consumerCPU)()
 		b.ReportAllocs()
 		b.ResetTimer()
+		a0 := arrived()
 		start := time.Now()
 		// The loop of asavie/xdp's sendudp example: take free TX frames,
 		// write the packet, transmit (sendto inside), reap completions.
@@ -183,7 +202,9 @@ func BenchmarkTxOnly(b *testing.B) {
 			}
 			done += numCompleted
 		}
-		mpps(b, b.N, time.Since(start))
+		elapsed := time.Since(start)
+		mpps(b, b.N, elapsed)
+		outMpps(b, arrived, a0, elapsed)
 	})
 }
 
@@ -191,27 +212,31 @@ func BenchmarkL2Fwd(b *testing.B) {
 	for _, m := range xskModes[:4] {
 		b.Run(m.name, func(b *testing.B) {
 			e := newEnv(b)
-			e.dropAtPeer(b)
+			arrived := e.dropAtPeer(b)
 			s := openXSK(b, e, m.opts)
 			defer e.generate(b)()
 			defer pin(b, consumerCPU)()
 			b.ReportAllocs()
 			b.ResetTimer()
+			a0 := arrived()
 			start := time.Now()
 			if err := xsk.L2Fwd(context.Background(), s, xsk.ModeOptions{Frames: uint64(b.N)}); err != nil {
 				b.Fatal(err)
 			}
-			mpps(b, b.N, time.Since(start))
+			elapsed := time.Since(start)
+			mpps(b, b.N, elapsed)
+			outMpps(b, arrived, a0, elapsed)
 		})
 	}
 	b.Run("asavie/poll", func(b *testing.B) {
 		e := newEnv(b)
-		e.dropAtPeer(b)
+		arrived := e.dropAtPeer(b)
 		s := openAsavie(b, e)
 		defer e.generate(b)()
 		defer pin(b, consumerCPU)()
 		b.ReportAllocs()
 		b.ResetTimer()
+		a0 := arrived()
 		start := time.Now()
 		// asavie/xdp has no zero-copy forwarding (Receive frees the RX
 		// frame at once), so its l2fwd example copies each frame into a
@@ -233,6 +258,8 @@ func BenchmarkL2Fwd(b *testing.B) {
 			s.Transmit(tx)
 			n += len(rx)
 		}
-		mpps(b, b.N, time.Since(start))
+		elapsed := time.Since(start)
+		mpps(b, b.N, elapsed)
+		outMpps(b, arrived, a0, elapsed)
 	})
 }

@@ -138,22 +138,41 @@ func (e *env) generate(tb testing.TB) (stop func()) {
 	}
 }
 
-// dropAtPeer attaches a native XDP_DROP program to the peer, where frames
-// the sockets transmit end.
-func (e *env) dropAtPeer(tb testing.TB) {
+// dropAtPeer attaches a native program to the peer that counts and drops
+// the frames the socket sends (txonly, l2fwd), and returns a function that
+// reads that count: frames that really made it out.
+func (e *env) dropAtPeer(tb testing.TB) (arrived func() uint64) {
+	spec, err := gen.LoadBasic()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := spec.Variables[gen.BasicVarCountVerdict].Set(uint32(gen.BasicVerdictVERDICT_DROP)); err != nil {
+		tb.Fatal(err)
+	}
 	var objs gen.BasicObjects
-	if err := gen.LoadBasicObjects(&objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { objs.Close() })
 	if err := e.veth.InPeerNS(func() error {
-		l, err := link.AttachXDP(link.XDPOptions{Program: objs.XdpDrop, Interface: e.veth.PeerIndex, Flags: link.XDPDriverMode})
+		l, err := link.AttachXDP(link.XDPOptions{Program: objs.XdpCount, Interface: e.veth.PeerIndex, Flags: link.XDPDriverMode})
 		if err == nil {
 			tb.Cleanup(func() { l.Close() })
 		}
 		return err
 	}); err != nil {
 		tb.Fatal(err)
+	}
+	return func() uint64 {
+		var per []gen.BasicCounter
+		if err := objs.Verdicts.Lookup(uint32(gen.BasicVerdictVERDICT_DROP), &per); err != nil {
+			tb.Fatal(err)
+		}
+		var n uint64
+		for _, c := range per {
+			n += c.Packets
+		}
+		return n
 	}
 }
 
