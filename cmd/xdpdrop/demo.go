@@ -15,6 +15,7 @@ import (
 	"github.com/xdpdrop/xdpdrop/internal/frames"
 	"github.com/xdpdrop/xdpdrop/internal/sandbox"
 	"github.com/xdpdrop/xdpdrop/loader"
+	"github.com/xdpdrop/xdpdrop/metrics"
 	"github.com/xdpdrop/xdpdrop/pktgen"
 )
 
@@ -55,6 +56,7 @@ func (a *app) demoCmd() *cobra.Command {
 	var duration time.Duration
 	var mode string
 	var jsonOut bool
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "demo [--duration 10s]",
 		Short: "Run fast drop on a veth sandbox with mixed traffic and live counters",
@@ -71,16 +73,17 @@ The rules:
   xdpdrop demo --duration 30s --mode generic`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.demo(cmd.Context(), duration, mode, jsonOut)
+			return a.demo(cmd.Context(), duration, mode, jsonOut, metricsAddr)
 		},
 	}
 	cmd.Flags().DurationVar(&duration, "duration", 10*time.Second, "how long to send traffic")
 	cmd.Flags().StringVar(&mode, "mode", "driver", "XDP mode on the sandbox: driver or generic")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print each sample as a JSON line instead of tables")
+	cmd.Flags().StringVar(&metricsAddr, "metrics", "", "also serve Prometheus metrics at http://ADDR/metrics")
 	return cmd
 }
 
-func (a *app) demo(ctx context.Context, duration time.Duration, modeName string, jsonOut bool) (err error) {
+func (a *app) demo(ctx context.Context, duration time.Duration, modeName string, jsonOut bool, metricsAddr string) (err error) {
 	mode, err := loader.ParseMode(modeName)
 	if err != nil || (mode != loader.ModeDriver && mode != loader.ModeGeneric) {
 		return usagef("--mode %q: want driver or generic", modeName)
@@ -124,6 +127,16 @@ func (a *app) demo(ctx context.Context, duration time.Duration, modeName string,
 	if !jsonOut {
 		fmt.Fprintf(a.stdout, "fast drop attached to %s in %s mode with %d rules; sending for %s (Ctrl-C stops)\n\n",
 			box.Name, att.Mode(), len(rs.Rules), duration)
+	}
+
+	if metricsAddr != "" {
+		drops := metrics.NewDropCollector(0)
+		drops.Set(box.Name, eng)
+		stop, err := a.serveMetrics(ctx, metricsAddr, drops)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, duration)

@@ -102,6 +102,7 @@ queue is doing.`,
 		a.detachCmd(),
 		a.genCmd(),
 		a.demoCmd(),
+		a.exporterCmd(),
 		a.docsCmd(),
 	)
 	// Add cobra's completion command now rather than at Execute, so that

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xdpdrop/xdpdrop/fastdrop"
 	"github.com/xdpdrop/xdpdrop/loader"
+	"github.com/xdpdrop/xdpdrop/metrics"
 )
 
 // verdictRow is one verdict counter in `stats --json`.
@@ -44,6 +45,7 @@ func (a *app) statsCmd() *cobra.Command {
 	var watch, jsonOut bool
 	var interval time.Duration
 	var top int
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "stats [--iface IF] [--watch] [--json]",
 		Short: "Show counters per verdict and per rule, with rates while watching",
@@ -61,7 +63,10 @@ matched nothing are hidden and at most --top rules are shown, busiest first;
 			if interval <= 0 {
 				return usagef("--interval %s: must be positive", interval)
 			}
-			return a.stats(cmd.Context(), iface, watch, jsonOut, interval, top)
+			if metricsAddr != "" && !watch {
+				return usagef("--metrics needs --watch (a one-shot stats exits at once)")
+			}
+			return a.stats(cmd.Context(), iface, watch, jsonOut, interval, top, metricsAddr)
 		},
 	}
 	cmd.Flags().StringVar(&iface, "iface", "", "only this interface")
@@ -69,6 +74,7 @@ matched nothing are hidden and at most --top rules are shown, busiest first;
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "sampling interval with --watch")
 	cmd.Flags().IntVar(&top, "top", 20, "text output: show at most this many rules (0: all)")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print as JSON")
+	cmd.Flags().StringVar(&metricsAddr, "metrics", "", "with --watch: also serve Prometheus metrics at http://ADDR/metrics")
 	return cmd
 }
 
@@ -78,7 +84,7 @@ type dropSource struct {
 	eng *fastdrop.Engine
 }
 
-func (a *app) stats(ctx context.Context, iface string, watch, jsonOut bool, interval time.Duration, top int) error {
+func (a *app) stats(ctx context.Context, iface string, watch, jsonOut bool, interval time.Duration, top int, metricsAddr string) error {
 	var ifaces []string
 	if iface != "" {
 		ifaces = []string{iface}
@@ -109,6 +115,17 @@ func (a *app) stats(ctx context.Context, iface string, watch, jsonOut bool, inte
 			return err
 		}
 		srcs = append(srcs, dropSource{att, eng})
+	}
+	if metricsAddr != "" {
+		drops := metrics.NewDropCollector(0)
+		for _, s := range srcs {
+			drops.Set(s.att.Interface(), s.eng)
+		}
+		stop, err := a.serveMetrics(ctx, metricsAddr, drops)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 
 	prev := make([]*ifaceStats, len(srcs))
