@@ -57,9 +57,9 @@ func New(opts Options) (*Generator, error) {
 		return nil, fmt.Errorf("pktgen: %w", err)
 	}
 	for name, v := range map[string]uint32{
-		gen.BasicVarGenFlows: opts.Flows,
-		gen.BasicVarGenIpOff: opts.IPOffset,
-		gen.BasicVarGenL4Off: opts.L4Offset,
+		gen.BasicVarGenFlows:  opts.Flows,
+		gen.BasicVarGenIpOff:  opts.IPOffset,
+		gen.BasicVarGenL4Off:  opts.L4Offset,
 		gen.BasicVarGenL4Csum: opts.L4Checksum,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
