@@ -37,9 +37,9 @@ int xdp_fastdrop(struct xdp_md *ctx)
 	r = fd_match(c, ctx);
 	verdict = fd_xdp_action(fd_val_action(r.val));
 
+	/* One counter per frame: its slot's action gives the verdict. */
 	cpu_base = bpf_get_smp_processor_id() * fd_counter_slots;
 	fd_count(cpu_base, fd_val_slot(r.val), bytes);
-	fd_count(cpu_base, FD_SLOT_VERDICT + verdict, bytes);
 
 	if (fd_trace) {
 		struct fd_trace_rec *t;

@@ -58,10 +58,14 @@ enum fd_layout {
 	FD_VAL_SLOT_MASK = 0x1fffffff,
 
 	/* Counter slots: per CPU, fd_counter_slots slots of struct counter.
-	 * The first FD_SLOT_RULES are not rules. */
-	FD_SLOT_MALFORMED = 1,
-	FD_SLOT_DEFAULT = 2,
-	FD_SLOT_VERDICT = 8, /* + XDP action (enum verdict) */
+	 * The first FD_SLOT_RULES are not rules: malformed frames and frames
+	 * no rule matched, counted by action (base + enum fd_action), and
+	 * the counts of removed rules, which user space adds up by action.
+	 * A frame is counted once, in one slot whose action is known, so
+	 * user space derives the per-verdict counts. */
+	FD_SLOT_MALFORMED = 0, /* + action */
+	FD_SLOT_DEFAULT = 4,   /* + action */
+	FD_SLOT_RETIRED = 8,   /* + action; never written by the program */
 	FD_SLOT_RULES = 16,
 
 	/* fd_cls_tab: u16 class ids, 32 per line, per half FD_TAB_HALF. One
@@ -85,6 +89,20 @@ enum fd_layout {
 	 * classes. */
 	FD_BM_FIELD = 1024,
 	FD_BM_HALF = 8192,
+
+	/* fd_cls_bm64: with at most 64 compound rules a bitmap is one u64;
+	 * then the direct fields map a value straight to its bitmap, and
+	 * the address fields' classes have bitmaps here too. u64 index, per
+	 * half FD_B64_HALF. */
+	FD_B64_ETHER = 0,
+	FD_B64_SPORT = 65536,
+	FD_B64_DPORT = 131072,
+	FD_B64_PROTO = 196608,
+	FD_B64_SRC4 = 197120,
+	FD_B64_DST4 = 198144,
+	FD_B64_SRC6 = 199168,
+	FD_B64_DST6 = 200192,
+	FD_B64_HALF = 201216,
 
 	/* fd_v6_tab entry flags. */
 	FD_V6_USED = 1,
@@ -125,6 +143,8 @@ struct fd_conf {
 	__u64 v6_seed;
 	__u32 cls_tab_base; /* this half's first u16 in fd_cls_tab */
 	__u32 cls_bm_base;  /* this half's first bitmap in fd_cls_bm */
+	__u32 cls_b64_base; /* this half's first u64 in fd_cls_bm64 */
+	__u32 pad;
 	/* Binary search tree over the distinct IPv6 prefix lengths: node n
 	 * has children 2n and 2n+1, 0 = no node; node 0 is unused. */
 	__u8 v6_tree[256];
@@ -143,6 +163,10 @@ struct fd_line {
 
 struct fd_line16 {
 	__u16 e[32];
+};
+
+struct fd_line64 {
+	__u64 e[8];
 };
 
 /* One entry of the IPv6 prefix hash table (binary search on prefix
@@ -278,6 +302,14 @@ struct {
 	__type(value, struct fd_bm);
 	__uint(max_entries, 2 * FD_BM_HALF);
 } fd_cls_bm SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fd_line64);
+	__uint(max_entries, 2 * FD_B64_HALF / 8);
+} fd_cls_bm64 SEC(".maps");
 
 /* Counters: fd_counter_slots slots per possible CPU, CPU-major. Each CPU
  * only writes its own slots, and an XDP program is not preempted on its
@@ -496,6 +528,91 @@ __noinline int fd_compound(const struct fd_conf *c, const struct fd_pkt *p)
 	return -1;
 }
 
+static __always_inline __u64 fd_b64(__u32 idx)
+{
+	__u32 k = idx >> 3;
+	struct fd_line64 *l = bpf_map_lookup_elem(&fd_cls_bm64, &k);
+
+	if (!l)
+		return 0;
+	return l->e[idx & 7];
+}
+
+/* fd_compound64 is fd_compound for at most 64 rules: a bitmap is one
+ * word, and ports, protocol and EtherType index their bitmaps directly,
+ * so each field costs one read (addresses: the trie's, then one). The
+ * most selective fields come first, to find an empty set early. */
+__noinline int fd_compound64(const struct fd_conf *c, const struct fd_pkt *p)
+{
+	__u32 fields, tab, b64, kind;
+	__u64 acc;
+	__u16 cls;
+
+	if (!c || !p)
+		return -1;
+	fields = c->fields;
+	tab = c->cls_tab_base;
+	b64 = c->cls_b64_base;
+	kind = fd_kind(p);
+	if (kind >= FD_KINDS)
+		return -1;
+	acc = c->kind[kind].w[0];
+	if (!acc)
+		return -1;
+	if (p->family) {
+		if (fields & (1 << FD_FLD_PROTO)) {
+			acc &= fd_b64(b64 + FD_B64_PROTO + p->proto);
+			if (!acc)
+				return -1;
+		}
+		if (p->has_ports) {
+			if (fields & (1 << FD_FLD_DPORT)) {
+				acc &= fd_b64(b64 + FD_B64_DPORT + p->dport);
+				if (!acc)
+					return -1;
+			}
+			if (fields & (1 << FD_FLD_SPORT)) {
+				acc &= fd_b64(b64 + FD_B64_SPORT + p->sport);
+				if (!acc)
+					return -1;
+			}
+		}
+	}
+	if (fields & (1 << FD_FLD_ETHER)) {
+		acc &= fd_b64(b64 + FD_B64_ETHER + p->ethertype);
+		if (!acc)
+			return -1;
+	}
+	if (p->family == 4) {
+		if (fields & (1 << FD_FLD_SRC4)) {
+			cls = fd_trie4(tab + FD_TAB_SRC4, tab + FD_TAB_POOL, p->src4);
+			acc &= fd_b64(b64 + FD_B64_SRC4 + (cls & (FD_BM_FIELD - 1)));
+			if (!acc)
+				return -1;
+		}
+		if (fields & (1 << FD_FLD_DST4)) {
+			cls = fd_trie4(tab + FD_TAB_DST4, tab + FD_TAB_POOL, p->dst4);
+			acc &= fd_b64(b64 + FD_B64_DST4 + (cls & (FD_BM_FIELD - 1)));
+			if (!acc)
+				return -1;
+		}
+	} else if (p->family == 6) {
+		if (fields & (1 << FD_FLD_SRC6)) {
+			cls = fd_trie6(tab + FD_TAB_SRC6, tab + FD_TAB_POOL, p->src6[0], p->src6[1]);
+			acc &= fd_b64(b64 + FD_B64_SRC6 + (cls & (FD_BM_FIELD - 1)));
+			if (!acc)
+				return -1;
+		}
+		if (fields & (1 << FD_FLD_DST6)) {
+			cls = fd_trie6(tab + FD_TAB_DST6, tab + FD_TAB_POOL, p->dst6[0], p->dst6[1]);
+			acc &= fd_b64(b64 + FD_B64_DST6 + (cls & (FD_BM_FIELD - 1)));
+			if (!acc)
+				return -1;
+		}
+	}
+	return fd_ctz64(acc);
+}
+
 /* ---- prefix rules ---- */
 
 /* DIR-24-8 lookup of a host-order IPv4 address: one read, two when the
@@ -610,16 +727,13 @@ __noinline __u32 fd_v6_lookup(const struct fd_conf *c, __u64 hi, __u64 lo)
 /* ---- the whole evaluation ---- */
 
 /* fd_parse fills p (zeroed by the caller); returns -1 for a malformed
- * frame. Global, so the verifier checks the parser's many paths once and
- * not again for each way into the rest of the program. */
-__noinline int fd_parse(struct xdp_md *ctx, struct fd_pkt *p)
+ * frame. */
+static __always_inline int fd_parse(struct xdp_md *ctx, struct fd_pkt *p)
 {
 	void *data, *data_end;
 	struct hdr_cursor nh;
 	int et, proto;
 
-	if (!ctx || !p)
-		return -1;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	nh.pos = data;
@@ -682,12 +796,15 @@ static __always_inline struct fd_result fd_match(const struct fd_conf *c, struct
 
 	if (fd_parse(ctx, &p) < 0) {
 		r.class = FD_CLASS_MALFORMED;
-		r.val = (c->malformed << FD_VAL_ACT_SHIFT) | FD_SLOT_MALFORMED;
+		r.val = (c->malformed << FD_VAL_ACT_SHIFT) | (FD_SLOT_MALFORMED + (c->malformed & 3));
 		return r;
 	}
 
 	if (c->ncompound) {
-		i = fd_compound(c, &p);
+		if (c->ncompound <= 64)
+			i = fd_compound64(c, &p);
+		else
+			i = fd_compound(c, &p);
 		/* The verifier knows nothing of a global function's result;
 		 * keep clang from dropping the mask below because it does. */
 		asm volatile("" : "+r"(i));
@@ -709,7 +826,7 @@ static __always_inline struct fd_result fd_match(const struct fd_conf *c, struct
 	}
 
 	r.class = FD_CLASS_DEFAULT;
-	r.val = (c->policy << FD_VAL_ACT_SHIFT) | FD_SLOT_DEFAULT;
+	r.val = (c->policy << FD_VAL_ACT_SHIFT) | (FD_SLOT_DEFAULT + (c->policy & 3));
 	return r;
 }
 

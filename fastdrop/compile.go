@@ -17,10 +17,11 @@ const (
 	numKinds     = int(gen.FastdropFdLayoutFD_KINDS)
 	valActShift  = uint32(gen.FastdropFdLayoutFD_VAL_ACT_SHIFT)
 	valSlotMask  = uint32(gen.FastdropFdLayoutFD_VAL_SLOT_MASK)
-	slotMalform  = uint32(gen.FastdropFdLayoutFD_SLOT_MALFORMED)
-	slotDefault  = uint32(gen.FastdropFdLayoutFD_SLOT_DEFAULT)
-	slotVerdict  = uint32(gen.FastdropFdLayoutFD_SLOT_VERDICT)
+	slotMalform  = uint32(gen.FastdropFdLayoutFD_SLOT_MALFORMED) // + Action
+	slotDefault  = uint32(gen.FastdropFdLayoutFD_SLOT_DEFAULT)   // + Action
+	slotRetired  = uint32(gen.FastdropFdLayoutFD_SLOT_RETIRED)   // + Action
 	firstRule    = uint32(gen.FastdropFdLayoutFD_SLOT_RULES)
+	b64Half      = int(gen.FastdropFdLayoutFD_B64HALF)
 	tabHalf      = int(gen.FastdropFdLayoutFD_TAB_HALF)
 	tabPool      = int(gen.FastdropFdLayoutFD_TAB_POOL)
 	tabChunks    = int(gen.FastdropFdLayoutFD_TAB_CHUNKS)
@@ -47,6 +48,18 @@ var fieldTab = [8]int{
 	gen.FastdropFdFieldFD_FLD_DST6:  int(gen.FastdropFdLayoutFD_TAB_DST6),
 }
 
+// Offsets of each field's bitmaps in fd_cls_bm64 (at most 64 rules).
+var fieldB64 = [8]int{
+	gen.FastdropFdFieldFD_FLD_ETHER: int(gen.FastdropFdLayoutFD_B64ETHER),
+	gen.FastdropFdFieldFD_FLD_PROTO: int(gen.FastdropFdLayoutFD_B64PROTO),
+	gen.FastdropFdFieldFD_FLD_SPORT: int(gen.FastdropFdLayoutFD_B64SPORT),
+	gen.FastdropFdFieldFD_FLD_DPORT: int(gen.FastdropFdLayoutFD_B64DPORT),
+	gen.FastdropFdFieldFD_FLD_SRC4:  int(gen.FastdropFdLayoutFD_B64SRC4),
+	gen.FastdropFdFieldFD_FLD_DST4:  int(gen.FastdropFdLayoutFD_B64DST4),
+	gen.FastdropFdFieldFD_FLD_SRC6:  int(gen.FastdropFdLayoutFD_B64SRC6),
+	gen.FastdropFdFieldFD_FLD_DST6:  int(gen.FastdropFdLayoutFD_B64DST6),
+}
+
 const (
 	fldEther = int(gen.FastdropFdFieldFD_FLD_ETHER)
 	fldProto = int(gen.FastdropFdFieldFD_FLD_PROTO)
@@ -65,33 +78,71 @@ func mkVal(a Action, slot uint32) uint32 { return uint32(a)<<valActShift | slot 
 func valSlot(v uint32) uint32   { return v & valSlotMask }
 func valAction(v uint32) Action { return Action(v >> valActShift & 3) }
 
-// ruleKey identifies a rule across rule-set changes, so that its counter
-// slot (and so its counters) survive changes to other rules. Prefix rules
-// are keyed by action and prefix, compound rules by their canonical text
-// and which occurrence of that text they are.
-type ruleKey struct {
-	prefix netip.Prefix
+// A rule keeps its counter slot (and so its counters) across changes to
+// other rules. Prefix rules are known by prefix and action (a pointer-free
+// key: there may be millions), compound rules by their canonical text and
+// which occurrence of that text they are.
+type slotKey struct {
+	hi, lo uint64
+	bits   uint8
+	v6     bool
 	action Action
-	text   string
 }
 
-// keysOf returns the key of every rule of rules.
-func keysOf(rules []Rule) []ruleKey {
-	keys := make([]ruleKey, len(rules))
-	var seen map[string]int
-	for i, r := range rules {
-		if r.IsPrefixOnly() {
-			keys[i] = ruleKey{prefix: r.Src, action: r.Action}
+func slotKeyOf(p netip.Prefix, a Action) slotKey {
+	b := p.Addr().As16()
+	return slotKey{
+		hi:     binary.BigEndian.Uint64(b[:8]),
+		lo:     binary.BigEndian.Uint64(b[8:]),
+		bits:   uint8(p.Bits()),
+		v6:     !p.Addr().Is4(),
+		action: a,
+	}
+}
+
+// compoundKeys returns the key of each compound rule of rules, by index.
+func compoundKeys(rules []Rule) map[int]string {
+	keys := make(map[int]string)
+	seen := make(map[string]int)
+	for i := range rules {
+		if rules[i].IsPrefixOnly() {
 			continue
 		}
-		if seen == nil {
-			seen = make(map[string]int)
-		}
-		s := r.String()
+		s := rules[i].String()
 		seen[s]++
-		keys[i] = ruleKey{text: s + "#" + strconv.Itoa(seen[s])}
+		keys[i] = s + "#" + strconv.Itoa(seen[s])
 	}
 	return keys
+}
+
+// validateRules is RuleSet.Validate for the engine: the same checks (each
+// rule's own Validate, at most MaxCompoundRules compound rules, no prefix
+// twice), with a duplicate check that stays fast for millions of rules.
+func validateRules(rules []Rule, policy, malformed Action) error {
+	if err := (&RuleSet{Policy: policy, Malformed: malformed}).Validate(); err != nil {
+		return err
+	}
+	seen := make(map[slotKey]int32, len(rules))
+	compound := 0
+	for i := range rules {
+		r := &rules[i]
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("rule %d (%s): %w", i, ruleWhere(*r), err)
+		}
+		if !r.IsPrefixOnly() {
+			compound++
+			if compound > MaxCompoundRules {
+				return fmt.Errorf("rule %d (%s): %w: more than %d", i, ruleWhere(*r), ErrTooManyRules, MaxCompoundRules)
+			}
+			continue
+		}
+		k := slotKeyOf(r.Src, 0)
+		if j, ok := seen[k]; ok {
+			return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", i, ruleWhere(*r), ErrDuplicatePrefix, r.Src, j, ruleWhere(rules[j]))
+		}
+		seen[k] = int32(i)
+	}
+	return nil
 }
 
 // ---- rule records (struct fd_rule_rec) ----
@@ -235,6 +286,9 @@ type classifier struct {
 	pool   []uint16           // trie chunks of 256 entries
 	bm     []bitmap           // bmHalf entries
 	used   [numField]int      // classes of each field
+	// With at most 64 rules, the same as one-word bitmaps (fd_cls_bm64):
+	// by value for ether, proto and ports, by class for addresses.
+	b64 [numField][]uint64
 }
 
 func (c *classifier) tab(fld, size int) []uint16 {
@@ -278,6 +332,27 @@ func compileCompound(rules []*Rule) (*classifier, error) {
 	} {
 		if err := c.prefixes(f.fld, rules, f.v4, f.get); err != nil {
 			return nil, err
+		}
+	}
+	if len(rules) <= 64 {
+		for fld := range numField {
+			if c.fields&(1<<fld) == 0 {
+				continue
+			}
+			bm := c.bm[fld*bmField:]
+			switch fld {
+			case fldEther, fldProto, fldSport, fldDport:
+				tab := c.tabs[fld]
+				c.b64[fld] = make([]uint64, len(tab))
+				for v, cls := range tab {
+					c.b64[fld][v] = bm[cls][0]
+				}
+			default:
+				c.b64[fld] = make([]uint64, c.used[fld])
+				for k := range c.used[fld] {
+					c.b64[fld][k] = bm[k][0]
+				}
+			}
 		}
 	}
 	return c, nil

@@ -1,6 +1,11 @@
 package fastdrop
 
-import "unsafe"
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
 
 // The table mirrors are kept as Go slices of the element types the program
 // reads and copied into the maps' memory as bytes. The program is built for
@@ -21,6 +26,13 @@ func u16Bytes(s []uint16) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*2)
 }
 
+func u64Bytes(s []uint64) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*8)
+}
+
 func bmBytes(s []bitmap) []byte {
 	if len(s) == 0 {
 		return nil
@@ -34,4 +46,46 @@ func counterSlice(b []byte) []counterPair {
 		return nil
 	}
 	return unsafe.Slice((*counterPair)(unsafe.Pointer(&b[0])), n)
+}
+
+// region is anonymous memory of its own for a big table mirror (tens to
+// hundreds of MiB), mapped once and unmapped by free. Its pages are
+// populated in bulk (madvise MADV_POPULATE_WRITE), not one fault at a
+// time: on virtual machines a page fault can cost 10-15 µs, which for
+// 64 MiB is a quarter of a second.
+type region struct{ b []byte }
+
+func newRegion(size int) (*region, error) {
+	if size == 0 {
+		return &region{}, nil
+	}
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("map %d bytes of memory: %w", size, err)
+	}
+	_ = unix.Madvise(b, unix.MADV_HUGEPAGE) // fewer faults where THP is on; fine if not
+	return &region{b: b}, nil
+}
+
+// populate faults in bytes [off, off+n) ahead of use (best effort).
+func (r *region) populate(off, n int) {
+	if n > 0 {
+		_ = unix.Madvise(r.b[off:off+n], unix.MADV_POPULATE_WRITE)
+	}
+}
+
+func (r *region) u32() []uint32 {
+	if len(r.b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint32)(unsafe.Pointer(&r.b[0])), len(r.b)/4)
+}
+
+func (r *region) free() error {
+	if r == nil || r.b == nil {
+		return nil
+	}
+	err := unix.Munmap(r.b)
+	r.b = nil
+	return err
 }

@@ -1,6 +1,7 @@
 package fastdrop
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"net/netip"
@@ -21,13 +22,21 @@ type v4Table struct {
 	maxGroups int
 	free      []uint32 // groups below len(tbl8)/256 that are free
 
+	mem24, mem8 *region
+	touched24   bool // tbl24 is populated (and may hold entries)
+	populated8  int  // tbl8 entries populated
+
 	// bits[val slot] is the length+1 of the prefix rule with that slot,
 	// 0 for slots that are not IPv4 prefix rules: an entry's depth.
 	depth []uint8
 	// byLen[l] maps the masked address (host order) of each prefix of
 	// length l to its val, for finding what a deleted prefix uncovers.
-	byLen [33]map[uint32]uint32
-	count int
+	// Made from built (what build was given) at the first change, since a
+	// full load does not need it.
+	byLen      [33]map[uint32]uint32
+	byLenValid bool
+	built      []v4Prefix
+	count      int
 
 	dirty24  []uint64 // a bit per page (v4Page entries) of tbl24
 	dirty8   []uint64 // a bit per tbl8 group
@@ -36,18 +45,47 @@ type v4Table struct {
 
 const v4Page = 1024 // tbl24 entries per dirty bit: 4 KiB
 
-func newV4Table(maxGroups, slots int) *v4Table {
+func newV4Table(maxGroups, slots int) (*v4Table, error) {
 	t := &v4Table{
-		tbl24:     make([]uint32, tbl24Entries),
 		maxGroups: maxGroups,
 		depth:     make([]uint8, slots),
 		dirty24:   make([]uint64, tbl24Entries/v4Page/64),
 		dirty8:    make([]uint64, (maxGroups+63)/64),
 	}
-	for l := range t.byLen {
-		t.byLen[l] = make(map[uint32]uint32)
+	var err error
+	if t.mem24, err = newRegion(tbl24Entries * 4); err != nil {
+		return nil, err
 	}
-	return t
+	if t.mem8, err = newRegion(maxGroups * 1024); err != nil {
+		return nil, errors.Join(err, t.mem24.free())
+	}
+	t.tbl24 = t.mem24.u32()
+	t.tbl8 = t.mem8.u32()[:0]
+	return t, nil
+}
+
+// needByLen makes byLen from what build was given.
+func (t *v4Table) needByLen() {
+	if t.byLenValid {
+		return
+	}
+	var n [33]int
+	for _, p := range t.built {
+		n[p.bits]++
+	}
+	for l := range t.byLen {
+		t.byLen[l] = make(map[uint32]uint32, n[l])
+	}
+	for _, p := range t.built {
+		t.byLen[p.bits][p.addr] = p.val
+	}
+	t.built = nil
+	t.byLenValid = true
+}
+
+// close releases the table's memory.
+func (t *v4Table) close() error {
+	return errors.Join(t.mem24.free(), t.mem8.free())
 }
 
 type v4Prefix struct {
@@ -71,25 +109,35 @@ func (p v4Prefix) cost() int {
 
 // build replaces the whole table with prefixes.
 func (t *v4Table) build(prefixes []v4Prefix) error {
-	clear(t.tbl24)
+	if !t.touched24 {
+		t.mem24.populate(0, tbl24Entries*4)
+		t.touched24 = true
+	} else {
+		clear(t.tbl24)
+	}
+	clear(t.tbl8)
 	t.tbl8 = t.tbl8[:0]
 	t.free = t.free[:0]
 	clear(t.depth)
-	for l := range t.byLen {
-		t.byLen[l] = make(map[uint32]uint32)
-	}
 	t.count = 0
 	t.allDirty = true
 
 	// Shortest first: then every insert simply overwrites what it covers,
 	// and a new tbl8 group starts as the /24 entry it replaces.
+	var n [33]int
+	for _, p := range prefixes {
+		n[p.bits]++
+	}
 	var byLen [33][]v4Prefix
+	for l := range byLen {
+		byLen[l] = make([]v4Prefix, 0, n[l])
+	}
 	for _, p := range prefixes {
 		byLen[p.bits] = append(byLen[p.bits], p)
 	}
+	t.built, t.byLenValid = prefixes, false
 	for l := range byLen {
 		for _, p := range byLen[l] {
-			t.byLen[l][p.addr] = p.val
 			t.depth[valSlot(p.val)] = uint8(l) + 1
 			t.count++
 			if l <= 24 {
@@ -131,7 +179,12 @@ func (t *v4Table) group(i24 uint32) (uint32, error) {
 			return 0, fmt.Errorf("IPv4 prefixes longer than /24 in more than %d different /24s: %w (raise Options.IPv4Blocks)", t.maxGroups, ErrCapacity)
 		}
 		g = uint32(len(t.tbl8) / 256)
-		t.tbl8 = append(t.tbl8, make([]uint32, 256)...)
+		if n := len(t.tbl8) + 256; n > t.populated8 {
+			step := min(max(t.populated8, 1<<20), t.maxGroups*256-t.populated8) // entries
+			t.mem8.populate(t.populated8*4, step*4)
+			t.populated8 += step
+		}
+		t.tbl8 = t.tbl8[:len(t.tbl8)+256]
 	}
 	fill(t.tbl8[g*256:g*256+256], e)
 	t.tbl24[i24] = v4Ext | g
@@ -166,6 +219,7 @@ func (t *v4Table) insert(p v4Prefix) error {
 			return err // nothing changed
 		}
 	}
+	t.needByLen()
 	t.byLen[l][p.addr] = p.val
 	t.depth[valSlot(p.val)] = uint8(l) + 1
 	t.count++
@@ -207,6 +261,7 @@ func (t *v4Table) insert(p v4Prefix) error {
 // to the next longest prefix covering it (or to 0).
 func (t *v4Table) remove(p v4Prefix) {
 	l := int(p.bits)
+	t.needByLen()
 	delete(t.byLen[l], p.addr)
 	t.depth[valSlot(p.val)] = 0
 	t.count--

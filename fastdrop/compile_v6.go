@@ -31,6 +31,8 @@ type v6Table struct {
 	size     int // entries in use (a power of two)
 	seed     uint64
 	buf      []byte // size entries of v6EntSize bytes, as in the map
+	mem      *region
+	used     int // bytes of mem that may be non-zero
 	tree     [256]uint8
 	def      uint32 // val of ::/0
 	count    int    // prefix rules
@@ -53,9 +55,15 @@ func v6PrefixOf(p netip.Prefix, val uint32) v6Prefix {
 	}
 }
 
-func newV6Table(capacity int) *v6Table {
-	return &v6Table{capacity: capacity}
+func newV6Table(capacity int) (*v6Table, error) {
+	mem, err := newRegion(capacity * v6EntSize)
+	if err != nil {
+		return nil, err
+	}
+	return &v6Table{capacity: capacity, mem: mem}, nil
 }
+
+func (t *v6Table) close() error { return t.mem.free() }
 
 // mask128 keeps the first l bits of (hi, lo).
 func mask128(hi, lo uint64, l int) (uint64, uint64) {
@@ -107,17 +115,11 @@ func (t *v6Table) build(prefixes []v6Prefix) error {
 		rest = append(rest, p)
 	}
 	slices.Sort(lens)
-	var fillTree func(node, lo, hi int)
-	fillTree = func(node, lo, hi int) {
-		if lo > hi || node > 255 {
-			return
-		}
-		mid := (lo + hi + 1) / 2
-		t.tree[node] = uint8(lens[mid])
-		fillTree(2*node, lo, mid-1)
-		fillTree(2*node+1, mid+1, hi)
+	var weight [129]int
+	for _, p := range rest {
+		weight[p.bits]++
 	}
-	fillTree(1, 0, len(lens)-1)
+	t.tree = lengthTree(lens, weight[:])
 
 	// Address order, shorter first among equal addresses: then the
 	// prefixes containing p are exactly the stack left when p comes.
@@ -160,15 +162,85 @@ func (t *v6Table) build(prefixes []v6Prefix) error {
 
 var errV6Full = fmt.Errorf("v6 table too full")
 
+// lengthTree lays out the search tree over the sorted distinct lengths
+// lens, at most 8 levels deep (the program's FD_V6_DEPTH), as an implicit
+// heap: node n has children 2n and 2n+1. Of all such trees it picks one
+// with the fewest probes for a lookup that ends at a prefix, weighting
+// each length by its number of prefixes (weight[l]): an optimal binary
+// search tree (Knuth 1971) under a height limit. The common lengths go
+// near the root, so most lookups end after a probe or two, and they need
+// fewer markers (a prefix leaves one wherever its path turns to longer
+// lengths).
+func lengthTree(lens []int, weight []int) [256]uint8 {
+	const depth = 8
+	n := len(lens)
+	var tree [256]uint8
+	if n == 0 {
+		return tree
+	}
+	prefix := make([]int, n+1) // prefix[i] = weight of lens[:i]
+	for i, l := range lens {
+		prefix[i+1] = prefix[i] + weight[l] + 1 // +1: every length costs something
+	}
+	// cost[d][i][j]: least total weighted depth of lens[i:j] in a tree of
+	// depth <= d; root[d][i][j]: its root. Empty ranges cost 0.
+	const inf = int(^uint(0) >> 2)
+	cost := make([][][]int, depth+1)
+	root := make([][][]int8, depth+1)
+	for d := range cost {
+		cost[d] = make([][]int, n+1)
+		root[d] = make([][]int8, n+1)
+		for i := range cost[d] {
+			cost[d][i] = make([]int, n+1)
+			root[d][i] = make([]int8, n+1)
+			for j := i + 1; j <= n; j++ {
+				cost[d][i][j] = inf
+			}
+		}
+	}
+	for d := 1; d <= depth; d++ {
+		for size := 1; size <= n && size < 1<<d; size++ {
+			for i := 0; i+size <= n; i++ {
+				j := i + size
+				best, arg := inf, -1
+				for k := i; k < j; k++ {
+					l, r := cost[d-1][i][k], cost[d-1][k+1][j]
+					if l == inf || r == inf {
+						continue
+					}
+					if c := l + r; c < best {
+						best, arg = c, k
+					}
+				}
+				// Every length in the range is one level below this root.
+				cost[d][i][j], root[d][i][j] = best+prefix[j]-prefix[i], int8(arg)
+			}
+		}
+	}
+	var lay func(node, d, i, j int)
+	lay = func(node, d, i, j int) {
+		if i >= j {
+			return
+		}
+		k := int(root[d][i][j])
+		tree[node] = uint8(lens[k])
+		lay(2*node, d-1, i, k)
+		lay(2*node+1, d-1, k+1, j)
+	}
+	lay(1, depth, 0, n)
+	return tree
+}
+
 func (t *v6Table) fill(sorted []v6Prefix, size int, seed uint64) error {
 	t.size = size
 	t.seed = seed
-	if cap(t.buf) >= size*v6EntSize {
-		t.buf = t.buf[:size*v6EntSize]
-		clear(t.buf)
-	} else {
-		t.buf = make([]byte, size*v6EntSize)
+	n := size * v6EntSize
+	clear(t.mem.b[:min(t.used, n)])
+	if n > t.used {
+		t.mem.populate(t.used, n-t.used)
+		t.used = n
 	}
+	t.buf = t.mem.b[:n]
 	t.entries = 0
 	var stack []*v6Prefix
 	for i := range sorted {

@@ -2,6 +2,7 @@ package fastdrop
 
 import (
 	"fmt"
+	"slices"
 )
 
 // Counter is a number of frames and their bytes (from the Ethernet header
@@ -29,7 +30,9 @@ type RuleCounter struct {
 type Counters struct {
 	// Rules is in rule-set order, one per rule.
 	Rules []RuleCounter `json:"rules"`
-	// Verdicts counts frames by the verdict they got, whatever decided it.
+	// Drop and Pass count frames by the verdict they got, whatever
+	// decided it, since the program was loaded (rules since removed
+	// included).
 	Drop Counter `json:"drop"`
 	Pass Counter `json:"pass"`
 	// Malformed counts frames the parser rejected (they got the
@@ -37,9 +40,6 @@ type Counters struct {
 	Malformed Counter `json:"malformed"`
 	// Default counts frames that no rule matched (they got the policy).
 	Default Counter `json:"default"`
-	// Aborted counts frames the program could not evaluate (XDP_ABORTED):
-	// its tables missing, which never happens once New succeeded.
-	Aborted Counter `json:"aborted"`
 }
 
 // counterPair is struct counter.
@@ -61,14 +61,27 @@ func (e *Engine) Counters() (*Counters, error) {
 	}
 	c := &Counters{Rules: make([]RuleCounter, len(e.rules))}
 	get := func(slot uint32) Counter { return Counter(sums[slot]) }
-	for i := range e.rules {
-		c.Rules[i] = RuleCounter{Index: i, Rule: e.rules[i], Counter: get(e.slots[i])}
+	// Every frame is counted once, in a slot whose action is known.
+	verdict := func(a Action, n Counter) {
+		switch a {
+		case ActionDrop:
+			c.Drop.add(n)
+		case ActionPass:
+			c.Pass.add(n)
+		}
 	}
-	c.Malformed = get(slotMalform)
-	c.Default = get(slotDefault)
-	c.Aborted = get(slotVerdict + 0)
-	c.Drop = get(slotVerdict + 1)
-	c.Pass = get(slotVerdict + 2)
+	for i := range e.rules {
+		n := get(e.slots[i])
+		c.Rules[i] = RuleCounter{Index: i, Rule: e.rules[i], Counter: n}
+		verdict(e.rules[i].Action, n)
+	}
+	for a := ActionDrop; a <= ActionRedirect; a++ {
+		c.Malformed.add(get(slotMalform + uint32(a)))
+		c.Default.add(get(slotDefault + uint32(a)))
+		verdict(a, get(slotMalform+uint32(a)))
+		verdict(a, get(slotDefault+uint32(a)))
+		verdict(a, get(slotRetired+uint32(a)))
+	}
 	return c, nil
 }
 
@@ -89,13 +102,51 @@ func (e *Engine) sumSlots() ([]counterPair, error) {
 	return sums, nil
 }
 
-// zeroSlots clears the counters of slots (not in use by any packet).
+// zeroSlots clears the counters of slots (not in use by any packet), a
+// run of consecutive slots at a time.
 func (e *Engine) zeroSlots(slots []uint32) error {
-	var zero [counterSize]byte
-	for _, s := range slots {
+	slots = slices.Clone(slots)
+	slices.Sort(slots)
+	var zero []byte
+	for i := 0; i < len(slots); {
+		j := i + 1
+		for j < len(slots) && slots[j] == slots[j-1]+1 {
+			j++
+		}
+		n := (j - i) * counterSize
+		if len(zero) < n {
+			zero = make([]byte, n)
+		}
 		for cpu := range e.ncpu {
-			if _, err := e.mem.counters.WriteAt(zero[:], int64((cpu*e.nslots+int(s))*counterSize)); err != nil {
-				return fmt.Errorf("clear counters of slot %d: %w", s, err)
+			if _, err := e.mem.counters.WriteAt(zero[:n], int64((cpu*e.nslots+int(slots[i]))*counterSize)); err != nil {
+				return fmt.Errorf("clear counters: %w", err)
+			}
+		}
+		i = j
+	}
+	return nil
+}
+
+// retireSlots adds the counters of the slots of removed rules, which no
+// program run uses any more, to the retired counters of their actions,
+// so the per-verdict counts keep them. CPU by CPU, as the program would.
+func (e *Engine) retireSlots(slots []uint32, actions []Action) error {
+	var b, r [counterSize]byte
+	for i, s := range slots {
+		for cpu := range e.ncpu {
+			off := int64((cpu*e.nslots + int(s)) * counterSize)
+			roff := int64((cpu*e.nslots + int(slotRetired+uint32(actions[i]))) * counterSize)
+			if _, err := e.mem.counters.ReadAt(b[:], off); err != nil {
+				return fmt.Errorf("read counters: %w", err)
+			}
+			if _, err := e.mem.counters.ReadAt(r[:], roff); err != nil {
+				return fmt.Errorf("read counters: %w", err)
+			}
+			from, to := counterSlice(b[:]), counterSlice(r[:])
+			to[0].Packets += from[0].Packets
+			to[0].Bytes += from[0].Bytes
+			if _, err := e.mem.counters.WriteAt(r[:], roff); err != nil {
+				return fmt.Errorf("write counters: %w", err)
 			}
 		}
 	}

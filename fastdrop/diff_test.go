@@ -391,7 +391,11 @@ func TestIncrementalDifferential(t *testing.T) {
 // and removes and compares every lookup with a brute-force longest match.
 func TestV4TableOps(t *testing.T) {
 	rng := rand.New(rand.NewPCG(*diffSeed, 2))
-	tab := newV4Table(64, 1<<12)
+	tab, err := newV4Table(64, 1<<12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tab.close()
 	type pfx struct {
 		addr uint32
 		bits uint8

@@ -103,7 +103,8 @@ func (o Options) withDefaults() Options {
 var mapNames = []string{
 	gen.FastdropMapFdActive, gen.FastdropMapFdConfs, gen.FastdropMapFdV4Tbl24,
 	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV6Tab, gen.FastdropMapFdClsTab,
-	gen.FastdropMapFdClsBm, gen.FastdropMapFdCounters, gen.FastdropMapFdRules,
+	gen.FastdropMapFdClsBm, gen.FastdropMapFdClsBm64, gen.FastdropMapFdCounters,
+	gen.FastdropMapFdRules,
 }
 
 // Engine owns the drop program and its maps: it compiles rule sets into
@@ -123,7 +124,7 @@ type Engine struct {
 	prog *ebpf.Program
 	maps map[string]*ebpf.Map
 	mem  struct {
-		tbl24, tbl8, v6, clsTab, clsBm, counters, rules *ebpf.Memory
+		tbl24, tbl8, v6, clsTab, clsBm, clsB64, counters, rules *ebpf.Memory
 	}
 	syncOuter, syncInner *ebpf.Map
 	lockDir              *os.File
@@ -131,15 +132,15 @@ type Engine struct {
 	ncpu, nslots, groups, v6cap int
 
 	// The rule set in force, with each rule's key and counter slot.
-	rules     []Rule
-	keys      []ruleKey
-	slots     []uint32
-	orderOf   []uint32 // by slot: the order its record holds
-	policy    Action
-	malformed Action
-	slotOf    map[ruleKey]uint32
-	free      []uint32 // free slots below nextSlot
-	nextSlot  uint32
+	rules      []Rule
+	slots      []uint32
+	orderOf    []uint32 // by slot: the order its record holds
+	policy     Action
+	malformed  Action
+	prefixSlot map[slotKey]uint32
+	textSlot   map[string]uint32 // compound rules, by compoundKeys
+	free       []uint32          // free slots below nextSlot
+	nextSlot   uint32
 
 	v4      *v4Table
 	v6      *v6Table
@@ -205,7 +206,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	// The maps start zeroed, as do the mirrors: only the configurations
 	// and the state need writing.
-	e.resetState()
+	if err := e.resetState(); err != nil {
+		return nil, errors.Join(err, e.Close())
+	}
 	e.generation = 1
 	for h := range uint32(2) {
 		conf := e.confFor(h)
@@ -269,6 +272,7 @@ func (e *Engine) setup() error {
 		{gen.FastdropMapFdV6Tab, &e.mem.v6},
 		{gen.FastdropMapFdClsTab, &e.mem.clsTab},
 		{gen.FastdropMapFdClsBm, &e.mem.clsBm},
+		{gen.FastdropMapFdClsBm64, &e.mem.clsB64},
 		{gen.FastdropMapFdCounters, &e.mem.counters},
 		{gen.FastdropMapFdRules, &e.mem.rules},
 	} {
@@ -293,16 +297,39 @@ func (e *Engine) setup() error {
 	return nil
 }
 
-func (e *Engine) resetState() {
-	e.rules, e.keys, e.slots = nil, nil, nil
+func (e *Engine) resetState() error {
+	e.rules, e.slots = nil, nil
 	e.orderOf = make([]uint32, e.nslots)
 	e.policy, e.malformed = ActionPass, ActionPass
-	e.slotOf = make(map[ruleKey]uint32)
+	e.prefixSlot = make(map[slotKey]uint32)
+	e.textSlot = make(map[string]uint32)
 	e.free = nil
 	e.nextSlot = firstRule
-	e.v4 = newV4Table(e.groups, e.nslots)
-	e.v6 = newV6Table(e.v6cap)
+	if err := e.closeTables(); err != nil {
+		return err
+	}
+	var err error
+	if e.v4, err = newV4Table(e.groups, e.nslots); err != nil {
+		return fmt.Errorf("fastdrop: %w", err)
+	}
+	if e.v6, err = newV6Table(e.v6cap); err != nil {
+		return fmt.Errorf("fastdrop: %w", err)
+	}
 	e.cls, _ = compileCompound(nil)
+	return nil
+}
+
+func (e *Engine) closeTables() error {
+	var errs []error
+	if e.v4 != nil {
+		errs = append(errs, e.v4.close())
+		e.v4 = nil
+	}
+	if e.v6 != nil {
+		errs = append(errs, e.v6.close())
+		e.v6 = nil
+	}
+	return errors.Join(errs...)
 }
 
 // Program returns the drop program, to attach to an interface (nil if
@@ -336,6 +363,7 @@ func (e *Engine) Close() error {
 	if e.lockDir != nil {
 		errs = append(errs, e.lockDir.Close())
 	}
+	errs = append(errs, e.closeTables())
 	return errors.Join(errs...)
 }
 
@@ -433,8 +461,7 @@ func (e *Engine) change(next func() ([]Rule, Action, Action, error)) error {
 	if err != nil {
 		return fmt.Errorf("fastdrop: %w", err)
 	}
-	rs := RuleSet{Rules: rules, Policy: policy, Malformed: malformed}
-	if err := rs.Validate(); err != nil {
+	if err := validateRules(rules, policy, malformed); err != nil {
 		return fmt.Errorf("fastdrop: %w", err)
 	}
 	return e.commitLocked(rules, policy, malformed)
@@ -491,7 +518,9 @@ func (e *Engine) loadLocked() error {
 	}
 	var recs []rec
 	var stale []uint32
-	e.resetState()
+	if err := e.resetState(); err != nil {
+		return err
+	}
 	for s := firstRule; s < uint32(e.nslots); s++ {
 		r, order, halves, ok := decodeRecord(buf[int(s)*recSize:])
 		if !ok {
@@ -532,9 +561,13 @@ func (e *Engine) loadLocked() error {
 		e.slots = append(e.slots, r.slot)
 		e.orderOf[r.slot] = r.order
 	}
-	e.keys = keysOf(e.rules)
-	for i, k := range e.keys {
-		e.slotOf[k] = e.slots[i]
+	ck := compoundKeys(e.rules)
+	for i := range e.rules {
+		if k, ok := ck[i]; ok {
+			e.textSlot[k] = e.slots[i]
+		} else {
+			e.prefixSlot[slotKeyOf(e.rules[i].Src, e.rules[i].Action)] = e.slots[i]
+		}
 	}
 	used := make([]bool, e.nextSlot)
 	for _, s := range e.slots {
@@ -615,14 +648,21 @@ func (e *Engine) commitLocked(next []Rule, policy, malformed Action) error {
 			return fmt.Errorf("fastdrop: rule %s: %w", next[i].String(), ErrUnsupportedAction)
 		}
 	}
-	keys := keysOf(next)
+	ck := compoundKeys(next)
 
 	// Counter slots: kept rules keep theirs.
 	slots := make([]uint32, len(next))
-	kept := make(map[uint32]bool, len(e.slots))
+	kept := make([]bool, e.nslots)
 	var added []int
-	for i, k := range keys {
-		if s, ok := e.slotOf[k]; ok {
+	for i := range next {
+		var s uint32
+		var ok bool
+		if k, compound := ck[i]; compound {
+			s, ok = e.textSlot[k]
+		} else {
+			s, ok = e.prefixSlot[slotKeyOf(next[i].Src, next[i].Action)]
+		}
+		if ok {
 			slots[i] = s
 			kept[s] = true
 		} else {
@@ -664,12 +704,24 @@ func (e *Engine) commitLocked(next []Rule, policy, malformed Action) error {
 		}
 		return fmt.Errorf("fastdrop: %w", err)
 	}
-	e.rules, e.keys, e.slots = next, keys, slots
-	e.policy, e.malformed = policy, malformed
-	e.slotOf = make(map[ruleKey]uint32, len(keys))
-	for i, k := range keys {
-		e.slotOf[k] = slots[i]
+	for _, i := range removed {
+		if !e.rules[i].IsPrefixOnly() {
+			continue
+		}
+		delete(e.prefixSlot, slotKeyOf(e.rules[i].Src, e.rules[i].Action))
 	}
+	for _, i := range added {
+		if !next[i].IsPrefixOnly() {
+			continue
+		}
+		e.prefixSlot[slotKeyOf(next[i].Src, next[i].Action)] = slots[i]
+	}
+	e.textSlot = make(map[string]uint32, len(ck))
+	for i, k := range ck {
+		e.textSlot[k] = slots[i]
+	}
+	e.rules, e.slots = next, slots
+	e.policy, e.malformed = policy, malformed
 	e.free, e.nextSlot = free, nextSlot
 
 	if err := e.publishLocked(added, removed, old.rules, old.slots); err != nil {
@@ -772,19 +824,7 @@ func (e *Engine) publishLocked(added, removed []int, oldRules []Rule, oldSlots [
 	if err := e.writeState(gen.FastdropFdState{Active: prev, Generation: generation}); err != nil {
 		return err
 	}
-	var rec [recSize]byte
-	writeRec := func(slot uint32, r *Rule, order uint32, halves uint8) error {
-		if r == nil {
-			clear(rec[:])
-		} else {
-			encodeRecord(rec[:], r, order, halves)
-		}
-		if _, err := e.mem.rules.WriteAt(rec[:], int64(slot)*recSize); err != nil {
-			return fmt.Errorf("write rule record: %w", err)
-		}
-		return nil
-	}
-	isAdded := make(map[int]bool, len(added))
+	isAdded := make([]bool, len(e.rules))
 	newSlots := make([]uint32, 0, len(added))
 	for _, i := range added {
 		isAdded[i] = true
@@ -794,24 +834,22 @@ func (e *Engine) publishLocked(added, removed []int, oldRules []Rule, oldSlots [
 	if err := e.zeroSlots(newSlots); err != nil {
 		return err
 	}
+	var recs []recWrite
 	for _, i := range added {
 		e.orderOf[e.slots[i]] = uint32(i)
-		if err := writeRec(e.slots[i], &e.rules[i], uint32(i), 1<<inactive); err != nil {
-			return err
-		}
+		recs = append(recs, recWrite{e.slots[i], &e.rules[i], uint32(i), 1 << inactive})
 	}
 	for _, i := range removed {
-		if err := writeRec(oldSlots[i], &oldRules[i], e.orderOf[oldSlots[i]], 1<<prev); err != nil {
-			return err
-		}
+		recs = append(recs, recWrite{oldSlots[i], &oldRules[i], e.orderOf[oldSlots[i]], 1 << prev})
 	}
 	for i, s := range e.slots {
 		if !isAdded[i] && e.orderOf[s] != uint32(i) {
 			e.orderOf[s] = uint32(i)
-			if err := writeRec(s, &e.rules[i], uint32(i), 3); err != nil {
-				return err
-			}
+			recs = append(recs, recWrite{s, &e.rules[i], uint32(i), 3})
 		}
+	}
+	if err := e.writeRecords(recs); err != nil {
+		return err
 	}
 
 	if err := e.writeHalf(inactive); err != nil {
@@ -827,23 +865,64 @@ func (e *Engine) publishLocked(added, removed []int, oldRules []Rule, oldSlots [
 	if err := e.writeHalf(prev); err != nil {
 		return err
 	}
+	recs = recs[:0]
 	for _, i := range added {
-		if err := writeRec(e.slots[i], &e.rules[i], uint32(i), 3); err != nil {
-			return err
-		}
+		recs = append(recs, recWrite{e.slots[i], &e.rules[i], uint32(i), 3})
 	}
+	var gone []uint32
+	var goneActions []Action
 	for _, i := range removed {
-		if err := writeRec(oldSlots[i], nil, 0, 0); err != nil {
-			return err
-		}
-		e.free = append(e.free, oldSlots[i])
+		gone = append(gone, oldSlots[i])
+		goneActions = append(goneActions, oldRules[i].Action)
+		recs = append(recs, recWrite{slot: oldSlots[i]}) // free
 	}
+	if err := e.retireSlots(gone, goneActions); err != nil {
+		return err
+	}
+	if err := e.writeRecords(recs); err != nil {
+		return err
+	}
+	e.free = append(e.free, gone...)
 	if err := e.writeState(gen.FastdropFdState{Active: inactive, InSync: 1, Generation: generation + 1}); err != nil {
 		return err
 	}
 	e.v4.clearDirty()
 	e.v6dirty = false
 	e.fullWrite = false
+	return nil
+}
+
+// recWrite is one rule record to write; rule nil frees the slot.
+type recWrite struct {
+	slot   uint32
+	rule   *Rule
+	order  uint32
+	halves uint8
+}
+
+// writeRecords writes rule records, a run of consecutive slots at a time.
+func (e *Engine) writeRecords(ws []recWrite) error {
+	slices.SortFunc(ws, func(a, b recWrite) int { return int(int64(a.slot) - int64(b.slot)) })
+	var buf []byte
+	for i := 0; i < len(ws); {
+		j := i + 1
+		for j < len(ws) && ws[j].slot == ws[j-1].slot+1 && j-i < 1<<16 {
+			j++
+		}
+		buf = slices.Grow(buf[:0], (j-i)*recSize)[:(j-i)*recSize]
+		for k, w := range ws[i:j] {
+			b := buf[k*recSize : (k+1)*recSize]
+			if w.rule == nil {
+				clear(b)
+			} else {
+				encodeRecord(b, w.rule, w.order, w.halves)
+			}
+		}
+		if _, err := e.mem.rules.WriteAt(buf, int64(ws[i].slot)*recSize); err != nil {
+			return fmt.Errorf("write rule records: %w", err)
+		}
+		i = j
+	}
 	return nil
 }
 
@@ -904,6 +983,15 @@ func (e *Engine) writeClassifier(h uint32) error {
 			return fmt.Errorf("write compound rule tables: %w", err)
 		}
 	}
+	b64Base := int64(h) * int64(b64Half) * 8
+	for fld, s := range c.b64 {
+		if len(s) == 0 {
+			continue
+		}
+		if _, err := e.mem.clsB64.WriteAt(u64Bytes(s), b64Base+int64(fieldB64[fld])*8); err != nil {
+			return fmt.Errorf("write compound rule bitmaps: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -924,6 +1012,7 @@ func (e *Engine) confFor(h uint32) gen.FastdropFdConf {
 		V6Seed:      e.v6.seed,
 		ClsTabBase:  h * uint32(tabHalf),
 		ClsBmBase:   h * uint32(bmHalf),
+		ClsB64Base:  h * uint32(b64Half),
 		V6Tree:      e.v6.tree,
 	}
 	for k := range numKinds {

@@ -225,8 +225,21 @@ drop src 2001:db8::/32
 	}
 	dropped := Counter{3 + 7 + 11 + 17, 3*uint64(len(dns)) + 7*uint64(len(v4)) + 11*uint64(len(v6)) + 17*uint64(len(bad))}
 	passed := Counter{5 + 13, 5*uint64(len(web)) + 13*uint64(len(other))}
-	if c.Drop != dropped || c.Pass != passed || c.Aborted != (Counter{}) {
-		t.Errorf("verdicts: drop %+v pass %+v aborted %+v, want drop %+v pass %+v", c.Drop, c.Pass, c.Aborted, dropped, passed)
+	if c.Drop != dropped || c.Pass != passed {
+		t.Errorf("verdicts: drop %+v pass %+v, want drop %+v pass %+v", c.Drop, c.Pass, dropped, passed)
+	}
+	// Verdict counts keep what removed rules counted.
+	if err := e.Apply(kParse(t, "pass src 10.0.0.0/8")); err != nil {
+		t.Fatal(err)
+	}
+	send(t, e, web, 1)
+	c = counters(t, e)
+	passed.add(Counter{1, uint64(len(web))})
+	if c.Drop != dropped || c.Pass != passed {
+		t.Errorf("verdicts after Apply: drop %+v pass %+v, want drop %+v pass %+v", c.Drop, c.Pass, dropped, passed)
+	}
+	if w := (Counter{14, 13*uint64(len(other)) + uint64(len(web))}); c.Default != w {
+		t.Errorf("default after Apply: %+v, want %+v", c.Default, w)
 	}
 }
 

@@ -59,6 +59,8 @@ type FastdropFdConf struct {
 	V6Seed      uint64
 	ClsTabBase  uint32
 	ClsBmBase   uint32
+	ClsB64Base  uint32
+	Pad         uint32
 	V6Tree      [256]uint8
 	Kind        [12]FastdropFdBm
 	Crule       [256]uint32
@@ -86,9 +88,9 @@ const (
 	FastdropFdLayoutFD_KINDS          FastdropFdLayout = 12
 	FastdropFdLayoutFD_VAL_ACT_SHIFT  FastdropFdLayout = 29
 	FastdropFdLayoutFD_VAL_SLOT_MASK  FastdropFdLayout = 536870911
-	FastdropFdLayoutFD_SLOT_MALFORMED FastdropFdLayout = 1
-	FastdropFdLayoutFD_SLOT_DEFAULT   FastdropFdLayout = 2
-	FastdropFdLayoutFD_SLOT_VERDICT   FastdropFdLayout = 8
+	FastdropFdLayoutFD_SLOT_MALFORMED FastdropFdLayout = 0
+	FastdropFdLayoutFD_SLOT_DEFAULT   FastdropFdLayout = 4
+	FastdropFdLayoutFD_SLOT_RETIRED   FastdropFdLayout = 8
 	FastdropFdLayoutFD_SLOT_RULES     FastdropFdLayout = 16
 	FastdropFdLayoutFD_TAB_ETHER      FastdropFdLayout = 0
 	FastdropFdLayoutFD_TAB_SPORT      FastdropFdLayout = 65536
@@ -104,6 +106,15 @@ const (
 	FastdropFdLayoutFD_TAB_EXT        FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD       FastdropFdLayout = 1024
 	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 8192
+	FastdropFdLayoutFD_B64ETHER       FastdropFdLayout = 0
+	FastdropFdLayoutFD_B64SPORT       FastdropFdLayout = 65536
+	FastdropFdLayoutFD_B64DPORT       FastdropFdLayout = 131072
+	FastdropFdLayoutFD_B64PROTO       FastdropFdLayout = 196608
+	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 197120
+	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 198144
+	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 199168
+	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 200192
+	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 201216
 	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
@@ -119,6 +130,11 @@ type FastdropFdLine struct {
 type FastdropFdLine16 struct {
 	_ structs.HostLayout
 	E [32]uint16
+}
+
+type FastdropFdLine64 struct {
+	_ structs.HostLayout
+	E [8]uint64
 }
 
 type FastdropFdLpm4Key struct {
@@ -200,6 +216,7 @@ type FastdropFdV6Ent struct {
 const (
 	FastdropMapFdActive        = "fd_active"
 	FastdropMapFdClsBm         = "fd_cls_bm"
+	FastdropMapFdClsBm64       = "fd_cls_bm64"
 	FastdropMapFdClsTab        = "fd_cls_tab"
 	FastdropMapFdConfs         = "fd_confs"
 	FastdropMapFdCounters      = "fd_counters"
@@ -269,6 +286,7 @@ type FastdropProgramSpecs struct {
 type FastdropMapSpecs struct {
 	FdActive      *ebpf.MapSpec `ebpf:"fd_active"`
 	FdClsBm       *ebpf.MapSpec `ebpf:"fd_cls_bm"`
+	FdClsBm64     *ebpf.MapSpec `ebpf:"fd_cls_bm64"`
 	FdClsTab      *ebpf.MapSpec `ebpf:"fd_cls_tab"`
 	FdConfs       *ebpf.MapSpec `ebpf:"fd_confs"`
 	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
@@ -312,6 +330,7 @@ func (o *FastdropObjects) Close() error {
 type FastdropMaps struct {
 	FdActive      *ebpf.Map `ebpf:"fd_active"`
 	FdClsBm       *ebpf.Map `ebpf:"fd_cls_bm"`
+	FdClsBm64     *ebpf.Map `ebpf:"fd_cls_bm64"`
 	FdClsTab      *ebpf.Map `ebpf:"fd_cls_tab"`
 	FdConfs       *ebpf.Map `ebpf:"fd_confs"`
 	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
@@ -328,6 +347,7 @@ func (m *FastdropMaps) Close() error {
 	return _FastdropClose(
 		m.FdActive,
 		m.FdClsBm,
+		m.FdClsBm64,
 		m.FdClsTab,
 		m.FdConfs,
 		m.FdCounters,
