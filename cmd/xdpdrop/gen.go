@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -14,10 +15,12 @@ import (
 	"github.com/xdpdrop/xdpdrop/internal/frames"
 	"github.com/xdpdrop/xdpdrop/internal/sandbox"
 	"github.com/xdpdrop/xdpdrop/pktgen"
+	"github.com/xdpdrop/xdpdrop/xsk"
 )
 
 type genFlags struct {
 	iface, netns     string
+	engine           string
 	proto            string
 	size             int
 	src, dst         string
@@ -55,17 +58,26 @@ veth peer, far above what socket-based senders manage. The frames vary over
 --flows source addresses and ports so that receive-side scaling spreads them.
 It stops after --count frames or --duration, or on Ctrl-C.
 
+--engine xsk sends through an AF_XDP socket instead (the txonly loop of
+package xsk, on queue 0 of the interface, zero-copy where the driver has
+it): a second engine to check the first against, and the only one on
+interfaces without native XDP_TX. It sends one frame template (--flows 1),
+and --count is a lower bound there: frames already on the TX ring when the
+count is reached still go out, and the summary counts them.
+
 Only send traffic on interfaces you own: on a veth pair, frames arrive at
 the peer; on a NIC, they leave on the wire.`,
 		Example: `  xdpdrop gen --iface veth0 --count 10000000
   xdpdrop gen --iface veth0 --proto tcp --flows 65536 --duration 10s --json
-  xdpdrop gen --netns lab --iface veth1 --size 1500 --rate 100000 --duration 5s`,
+  xdpdrop gen --netns lab --iface veth1 --size 1500 --rate 100000 --duration 5s
+  xdpdrop gen --iface veth0 --engine xsk --duration 10s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.gen(cmd, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.iface, "iface", "", "interface to send out of (required)")
 	fl.StringVar(&f.netns, "netns", "", "named network namespace (ip netns) that holds the interface")
+	fl.StringVar(&f.engine, "engine", "live", "live (XDP live frames: BPF_PROG_TEST_RUN + XDP_TX) or xsk (AF_XDP txonly on queue 0)")
 	fl.StringVar(&f.proto, "proto", "udp", "udp or tcp (TCP SYN)")
 	fl.IntVar(&f.size, "size", 64, "frame size in bytes as XDP sees it (without FCS), 60 to 9000")
 	fl.StringVar(&f.src, "src", sandbox.PeerAddr4.Addr().String(), "source IPv4 or IPv6 address (the low 16 bits vary with --flows, IPv4 only)")
@@ -100,6 +112,15 @@ func (a *app) gen(cmd *cobra.Command, f *genFlags) error {
 	if f.batch == 0 || f.batch > 256 {
 		return usagef("--batch %d: want 1 to 256", f.batch)
 	}
+	switch f.engine {
+	case "live":
+	case "xsk":
+		if f.flows != 1 {
+			return usagef("--flows %d: the xsk engine sends one frame template; use --engine live for flows", f.flows)
+		}
+	default:
+		return usagef("--engine %q: want live or xsk", f.engine)
+	}
 	var sum genSummary
 	work := func() error {
 		link, err := netlink.LinkByName(f.iface)
@@ -110,6 +131,14 @@ func (a *app) gen(cmd *cobra.Command, f *genFlags) error {
 			copy(spec.SrcMAC[:], link.Attrs().HardwareAddr)
 		}
 		fr := spec.Build()
+		if f.engine == "xsk" {
+			st, err := a.genXSK(cmd.Context(), link.Attrs().Index, fr.Bytes, f)
+			sum = genSummary{
+				Interface: f.iface, Engine: "xsk", Proto: f.proto, Size: len(fr.Bytes),
+				Flows: 1, Frames: st.Sent, Seconds: st.Elapsed.Seconds(), PPS: st.PPS(),
+			}
+			return err
+		}
 		opts := pktgen.Options{Flows: f.flows, IPOffset: uint32(fr.L3), L4Offset: uint32(fr.L4)}
 		if spec.Src.Is6() {
 			opts.Flows = 1 // the generator varies IPv4 sources only
@@ -216,4 +245,81 @@ func (f *genFlags) spec() (frames.Spec, error) {
 		return s, errors.New("gen: internal error sizing the frame")
 	}
 	return s, nil
+}
+
+// genXSK sends frame out of queue 0 of ifindex with the AF_XDP txonly loop
+// until f's count, duration or rate says otherwise, or ctx ends. It runs
+// in the interface's namespace (the socket binds there).
+func (a *app) genXSK(ctx context.Context, ifindex int, frame []byte, f *genFlags) (pktgen.Stats, error) {
+	s, err := xsk.Open(xsk.Options{Ifindex: ifindex, Queue: 0, Batch: int(f.batch)})
+	if err != nil {
+		return pktgen.Stats{}, err
+	}
+	defer s.Close()
+	if f.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.duration)
+		defer cancel()
+	}
+	start := time.Now()
+	completed := func() uint64 {
+		st, err := s.Stats()
+		if err != nil {
+			return 0
+		}
+		return st.Completed
+	}
+	if !f.quietly && !f.jsonOut {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					st := pktgen.Stats{Sent: completed(), Elapsed: time.Since(start)}
+					fmt.Fprintf(a.stderr, "%8.1fs  %12d frames  %s\n", st.Elapsed.Seconds(), st.Sent, rate(st.PPS()))
+				}
+			}
+		}()
+	}
+	if f.rate == 0 {
+		err = xsk.TxOnly(ctx, s, frame, xsk.ModeOptions{Frames: f.count})
+	} else {
+		// Paced: about 10 ms worth of frames at a time, then sleep until
+		// they are due.
+		chunk := max(f.rate/100, 1)
+		for err == nil && ctx.Err() == nil {
+			n := chunk
+			if f.count > 0 {
+				done := completed()
+				if done >= f.count {
+					break
+				}
+				n = min(n, f.count-done)
+			}
+			if err = xsk.TxOnly(ctx, s, frame, xsk.ModeOptions{Frames: n}); err != nil {
+				break
+			}
+			due := start.Add(time.Duration(float64(completed()) / float64(f.rate) * float64(time.Second)))
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Until(due)):
+			}
+		}
+	}
+	// Frames still on their way complete within a moment: count them.
+	for range 100 {
+		if s.Accounting().TX == 0 {
+			break
+		}
+		if _, cerr := s.Complete(); cerr != nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return pktgen.Stats{Sent: completed(), Elapsed: time.Since(start)}, err
 }

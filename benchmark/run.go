@@ -1,0 +1,313 @@
+package benchmark
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xdpdrop/xdpdrop/loader"
+	"github.com/xdpdrop/xdpdrop/xsk"
+)
+
+// Options shape a Run. DefaultOptions returns the ones `xdpdrop bench`
+// uses; zero fields of other Options get the same defaults, except Wait.
+type Options struct {
+	// Warmup runs each case before it is measured (default 1s).
+	Warmup time.Duration
+	// Duration of each measured repeat (default 2s).
+	Duration time.Duration
+	// Repeat is how many times each case is measured, back to back after
+	// the warm-up (default 3).
+	Repeat int
+	// CPUs are the CPU the generator runs on, which on veth also does the
+	// kernel's receive work, and the other CPU of two-core cases
+	// (default [0 1]).
+	CPUs []int
+	// Flows > 1 varies the source address and port of the generated
+	// frames over this many values (default 1).
+	Flows uint32
+	// Wait is how the AF_XDP loops wait for frames. The zero value is
+	// xsk's default (WaitAdaptive); DefaultOptions has WaitSpin, the busy
+	// loop of the kernel's xdpsock.
+	Wait xsk.WaitMode
+	// Batch is the AF_XDP batch size (default 64).
+	Batch int
+	// Pair measures on these interfaces instead of a fresh veth pair
+	// per case.
+	Pair *Pair
+	// Generator sends the traffic (default InProcess()).
+	Generator Generator
+	// Progress, if set, is told what Run is doing, from Run's goroutine.
+	Progress func(Event)
+}
+
+// DefaultOptions are the options of `xdpdrop bench` (with its generator
+// in another process, see Command): a full standard plan takes a few
+// minutes.
+func DefaultOptions() Options {
+	return Options{
+		Warmup: time.Second, Duration: 2 * time.Second, Repeat: 3,
+		CPUs: []int{0, 1}, Flows: 1, Wait: xsk.WaitSpin, Batch: xsk.DefaultBatch,
+		Generator: InProcess(),
+	}
+}
+
+// QuickOptions are DefaultOptions for a fast look (`xdpdrop bench
+// --quick`): a short warm-up and one short repeat per case.
+func QuickOptions() Options {
+	o := DefaultOptions()
+	o.Warmup, o.Duration, o.Repeat = 200*time.Millisecond, 500*time.Millisecond, 1
+	return o
+}
+
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.Warmup == 0 {
+		o.Warmup = d.Warmup
+	}
+	if o.Duration == 0 {
+		o.Duration = d.Duration
+	}
+	if o.Repeat == 0 {
+		o.Repeat = d.Repeat
+	}
+	if len(o.CPUs) == 0 {
+		o.CPUs = d.CPUs
+	}
+	if o.Flows == 0 {
+		o.Flows = d.Flows
+	}
+	if o.Batch == 0 {
+		o.Batch = d.Batch
+	}
+	if o.Generator == nil {
+		o.Generator = d.Generator
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.Warmup < 0:
+		return fmt.Errorf("benchmark: warm-up %s: must not be negative", o.Warmup)
+	case o.Duration < 10*time.Millisecond:
+		return fmt.Errorf("benchmark: duration %s: want at least 10ms", o.Duration)
+	case o.Repeat < 1:
+		return fmt.Errorf("benchmark: repeat %d: want at least 1", o.Repeat)
+	case len(o.CPUs) > 2:
+		return fmt.Errorf("benchmark: CPUs %v: want one or two", o.CPUs)
+	case o.Flows > 65536:
+		return fmt.Errorf("benchmark: flows %d: want 1 to 65536", o.Flows)
+	case o.Batch < 1 || o.Batch > xsk.MaxBatch:
+		return fmt.Errorf("benchmark: batch %d: want 1 to %d", o.Batch, xsk.MaxBatch)
+	}
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		return fmt.Errorf("benchmark: read CPU affinity: %w", err)
+	}
+	for _, c := range o.CPUs {
+		if c < 0 || c >= 1024 || !allowed.IsSet(c) {
+			return fmt.Errorf("benchmark: CPU %d is not one this process may run on", c)
+		}
+	}
+	if len(o.CPUs) == 2 && o.CPUs[0] == o.CPUs[1] {
+		return fmt.Errorf("benchmark: CPUs %v: want two different CPUs", o.CPUs)
+	}
+	return nil
+}
+
+// genCPU is where the generator and the kernel's receive work run.
+func (o Options) genCPU() int { return o.CPUs[0] }
+
+// appCPU is where the application of an AF_XDP case runs.
+func (o Options) appCPU(p Placement) (int, error) {
+	if p == TwoCores {
+		if len(o.CPUs) < 2 {
+			return 0, errors.New("two-core cases need a second CPU (Options.CPUs)")
+		}
+		return o.CPUs[1], nil
+	}
+	return o.CPUs[0], nil
+}
+
+// Event is what Run reports to Options.Progress.
+type Event struct {
+	Index, Total int // the case's position in the plan, from 0
+	Case         Case
+	// Stage is "setup", "warmup", "repeat" (Repeat and Mpps set) or
+	// "done" (Result set).
+	Stage  string
+	Repeat int
+	Mpps   float64
+	Result *Result
+}
+
+// Run measures each case in turn and returns the report. A case that
+// fails is reported with its Error and the run goes on. When ctx ends,
+// Run cleans up the case in progress and returns the rows measured so
+// far with ctx's error.
+func Run(ctx context.Context, cases []Case, opts Options) (*Report, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	for _, c := range cases {
+		if err := c.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	start := time.Now()
+	rep := &Report{
+		Machine:  DescribeMachine(),
+		Settings: settingsOf(opts),
+		Started:  start.UTC(),
+		LoadAvg:  loadAvg(),
+		Notes:    notes(opts),
+	}
+	if rep.LoadAvg >= 0.5 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("Other work was running when the run started (load average %.2f): it took CPU time from these figures.", rep.LoadAvg))
+	}
+	done := map[string]Result{}
+	for i, c := range cases {
+		if ctx.Err() != nil {
+			break
+		}
+		if r, ok := done[c.key()]; ok {
+			// Measured for another table already.
+			r.Case = c
+			rep.Results = append(rep.Results, r)
+			opts.progress(Event{Index: i, Total: len(cases), Case: c, Stage: "done", Result: &r})
+			continue
+		}
+		r, serr := runCase(ctx, i, len(cases), c, opts)
+		if ctx.Err() != nil {
+			break // interrupted: the row is incomplete
+		}
+		if errors.Is(serr, unix.EPERM) || errors.Is(serr, loader.ErrNotPermitted) {
+			// Every other case would fail the same way.
+			rep.Seconds = time.Since(start).Seconds()
+			return rep, fmt.Errorf("%s: %w (bench needs root: CAP_NET_ADMIN, CAP_SYS_ADMIN and CAP_BPF)", c.Name(), serr)
+		}
+		done[c.key()] = r
+		rep.Results = append(rep.Results, r)
+		opts.progress(Event{Index: i, Total: len(cases), Case: c, Stage: "done", Result: &r})
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	return rep, ctx.Err()
+}
+
+func (o Options) progress(e Event) {
+	if o.Progress != nil {
+		o.Progress(e)
+	}
+}
+
+func settingsOf(o Options) Settings {
+	s := Settings{
+		WarmupSeconds: o.Warmup.Seconds(), DurationSeconds: o.Duration.Seconds(), Repeat: o.Repeat,
+		CPUs: slices.Clone(o.CPUs), Flows: o.Flows, Wait: o.Wait.String(), Batch: o.Batch,
+		Generator: o.Generator.String(), Interfaces: "sandbox",
+	}
+	if o.Pair != nil {
+		s.Interfaces = o.Pair.Host + "/" + o.Pair.Peer
+	}
+	return s
+}
+
+// notes explain where the work runs; they hold for every row.
+func notes(o Options) []string {
+	var n []string
+	gen := fmt.Sprintf("The generator runs on CPU %d", o.genCPU())
+	if o.Pair == nil {
+		gen += ", and so does the kernel's receive work for the veth end under test: veth runs it in the sender's context (there are no hardware queues or interrupts)"
+	}
+	n = append(n, gen+".")
+	if len(o.CPUs) == 2 {
+		n = append(n, fmt.Sprintf("AF_XDP applications run on CPU %d (one-core rows, sharing it with the generator) or CPU %d (two-core rows). "+
+			"txonly sends from the peer end; on two cores the receiving end's NAPI runs in a kernel thread pinned to CPU %d (threaded NAPI).",
+			o.CPUs[0], o.CPUs[1], o.CPUs[0]))
+	}
+	if m := DescribeMachine(); m.CPUs <= 2 {
+		n = append(n, fmt.Sprintf("This machine has %d CPUs: the generator, the kernel and the application share them, so no row measures a CPU of its own.", m.CPUs))
+	}
+	return n
+}
+
+// runCase sets up c, warms it up, measures it and tears it down. The
+// error is the setup's, also recorded in the result.
+func runCase(ctx context.Context, idx, total int, c Case, opts Options) (res Result, _ error) {
+	res = Result{Case: c, Name: c.Name(), Lost: []Loss{}}
+	ev := func(stage string) Event { return Event{Index: idx, Total: total, Case: c, Stage: stage} }
+	opts.progress(ev("setup"))
+	r, err := setup(c, opts)
+	if err != nil {
+		res.Error = err.Error()
+		return res, err
+	}
+	defer func() {
+		if err := r.env.close(); err != nil && res.Error == "" {
+			res.Error = fmt.Sprintf("clean up: %v", err)
+		}
+	}()
+	fail := func(err error) (Result, error) {
+		_ = r.stop()
+		res.Error = err.Error()
+		res.Mpps, res.Samples, res.OfferedMpps = Summary{}, nil, Summary{}
+		return res, nil
+	}
+
+	first, err := r.snapshot()
+	if err != nil {
+		return fail(err)
+	}
+	if err := r.start(); err != nil {
+		return fail(err)
+	}
+	opts.progress(ev("warmup"))
+	if err := r.wait(ctx, opts.Warmup); err != nil {
+		return fail(err)
+	}
+	prev, err := r.snapshot()
+	if err != nil {
+		return fail(err)
+	}
+	var offered []float64
+	for i := range opts.Repeat {
+		if err := r.wait(ctx, opts.Duration); err != nil {
+			return fail(err)
+		}
+		cur, err := r.snapshot()
+		if err != nil {
+			return fail(err)
+		}
+		d := cur.sub(prev)
+		secs := cur.at.Sub(prev.at).Seconds()
+		mpps := float64(r.rate(d)) / secs / 1e6
+		res.Samples = append(res.Samples, mpps)
+		if o, ok := r.offeredIn(d); ok {
+			offered = append(offered, float64(o)/secs/1e6)
+		}
+		prev = cur
+		e := ev("repeat")
+		e.Repeat, e.Mpps = i, mpps
+		opts.progress(e)
+	}
+	if err := r.stop(); err != nil {
+		return fail(err)
+	}
+	last, err := r.snapshot()
+	if err != nil {
+		return fail(err)
+	}
+	res.Mpps = Summarize(res.Samples)
+	res.OfferedMpps = Summarize(offered)
+	r.account(&res, last.sub(first))
+	if res.OfferedMpps.Median > 0 && res.Mpps.Median >= 0.98*res.OfferedMpps.Median {
+		res.Note = "limited by the offered load: it kept up with everything sent"
+	}
+	return res, nil
+}
