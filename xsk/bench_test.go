@@ -203,7 +203,7 @@ func BenchmarkRxDrop(b *testing.B) {
 }
 
 func BenchmarkL2Fwd(b *testing.B) {
-	for _, c := range benchCases()[:4] {
+	for _, c := range append(benchCases()[:4], benchCase{name: "default-batch256", opts: xsk.Options{Batch: 256}}) {
 		b.Run(c.name+"/other-core", func(b *testing.B) {
 			e := newEnv(b, 1, xsk.RedirectOptions{})
 			arrived := e.dropAtPeer(b)
@@ -224,6 +224,10 @@ func BenchmarkL2Fwd(b *testing.B) {
 			b.StopTimer()
 			report(b, s, before, elapsed, uint64(b.N))
 			b.ReportMetric(float64(arrived()-a0)/elapsed.Seconds()/1e6, "out-Mpps")
+			if testing.Verbose() {
+				st, _ := s.Stats()
+				b.Logf("stats %+v", st)
+			}
 		})
 	}
 }
@@ -248,6 +252,10 @@ func BenchmarkTxOnly(b *testing.B) {
 			b.StopTimer()
 			report(b, s, before, elapsed, uint64(b.N))
 			b.ReportMetric(float64(arrived()-a0)/elapsed.Seconds()/1e6, "out-Mpps")
+			if testing.Verbose() {
+				st, _ := s.Stats()
+				b.Logf("stats %+v", st)
+			}
 		})
 	}
 }

@@ -209,7 +209,12 @@ func BenchmarkTxOnly(b *testing.B) {
 }
 
 func BenchmarkL2Fwd(b *testing.B) {
-	for _, m := range xskModes[:4] {
+	modes := append(xskModes[:4:4], struct {
+		name string
+		opts xsk.Options
+		napi bool
+	}{"xsk/default-batch256", xsk.Options{Batch: 256}, false})
+	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
 			e := newEnv(b)
 			arrived := e.dropAtPeer(b)
