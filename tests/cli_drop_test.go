@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -295,4 +296,27 @@ func TestCLIDemo(t *testing.T) {
 	require.Error(t, err, "the demo's veth %s must be gone", last.Interface)
 	id := strings.TrimSuffix(strings.TrimPrefix(last.Interface, "xdd"), "a")
 	require.NoFileExists(t, "/var/run/netns/xdpdrop-"+id)
+}
+
+// TestCLINoBPFFS runs drop where bpffs is absent and cannot be mounted (a
+// private mount namespace with a read-only /sys/fs): a clear error, and
+// nothing attached.
+func TestCLINoBPFFS(t *testing.T) {
+	v := sandboxForCLI(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		testenv.SkipOrFail(t, "needs unshare(1) from util-linux")
+	}
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
+		`mount -t tmpfs -o ro tmpfs /sys/fs && exec "$0" "$@"`, xdpdropBin, "drop", "--iface", v.Name, "--deny", "192.0.2.0/24")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", out)
+	require.Equal(t, 1, ee.ExitCode(), "%s", out)
+	require.Contains(t, string(out), "bpf")
+	require.Contains(t, string(out), "mount -t bpf bpf /sys/fs/bpf", "the error says how to fix it")
+	require.NotContains(t, string(out), "goroutine ")
+
+	l, err := netlink.LinkByName(v.Name)
+	require.NoError(t, err)
+	require.False(t, l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached, "nothing left attached")
 }
