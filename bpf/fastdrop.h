@@ -182,7 +182,11 @@ struct fd_v6_ent {
 };
 
 /* A rule as stored for recovery by a later process (fd_rules[slot]). The
- * program never reads it. */
+ * program never reads it. A rule is in the rule set of generation G (see
+ * fd_state) if gen_added <= G and (gen_removed == 0 or G < gen_removed),
+ * compared as serial numbers: a change writes the records of the rules it
+ * adds and removes before it flips, and a later process that finds the
+ * flip never happened still sees the old set. */
 struct fd_rule_rec {
 	__u8 action;  /* enum fd_action; 0 = free slot */
 	__u8 flags;   /* FD_REC_* */
@@ -190,19 +194,17 @@ struct fd_rule_rec {
 	__u8 src_len;
 	__u8 dst_len;
 	__u8 family; /* 4 or 6 when src or dst is set */
-	__u8 halves; /* bit h: the rule is in the rule set of half h */
-	__u8 pad0;
 	__u16 ether;
 	__u16 sport_lo;
 	__u16 sport_hi;
 	__u16 dport_lo;
 	__u16 dport_hi;
-	__u16 pad1;
 	__u32 line;
 	__u32 order; /* sorts the rules into rule-set order */
+	__u32 gen_added;
+	__u32 gen_removed;
 	__u8 src[16];
 	__u8 dst[16];
-	__u32 pad2;
 };
 
 enum fd_rec_flags {

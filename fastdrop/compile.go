@@ -159,24 +159,31 @@ const (
 // Byte offsets in struct fd_rule_rec; TestRecordLayout checks them against
 // the generated type.
 const (
-	recAction = 0
-	recFlags  = 1
-	recProto  = 2
-	recSrcLen = 3
-	recDstLen = 4
-	recFamily = 5
-	recHalves = 6
-	recEther  = 8
-	recSport  = 10
-	recDport  = 14
-	recLine   = 20
-	recOrder  = 24
-	recSrc    = 28
-	recDst    = 44
+	recAction  = 0
+	recFlags   = 1
+	recProto   = 2
+	recSrcLen  = 3
+	recDstLen  = 4
+	recFamily  = 5
+	recEther   = 6
+	recSport   = 8
+	recDport   = 12
+	recLine    = 16
+	recOrder   = 20
+	recAdded   = 24
+	recRemoved = 28
+	recSrc     = 32
+	recDst     = 48
 )
 
+// recLive reports whether a record with generations added and removed is
+// in the rule set of generation g (serial number arithmetic: they wrap).
+func recLive(added, removed, g uint32) bool {
+	return int32(g-added) >= 0 && (removed == 0 || int32(removed-g) > 0)
+}
+
 // encodeRecord writes r into b (recSize bytes).
-func encodeRecord(b []byte, r *Rule, order uint32, halves uint8) {
+func encodeRecord(b []byte, r *Rule, order, added, removed uint32) {
 	clear(b[:recSize])
 	le := binary.LittleEndian
 	b[recAction] = uint8(r.Action)
@@ -225,16 +232,17 @@ func encodeRecord(b []byte, r *Rule, order uint32, halves uint8) {
 		flags |= recFlagFrag
 	}
 	b[recFlags] = flags
-	b[recHalves] = halves
 	le.PutUint16(b[recEther:], r.EtherType)
 	le.PutUint32(b[recLine:], uint32(max(r.Line, 0)))
 	le.PutUint32(b[recOrder:], order)
+	le.PutUint32(b[recAdded:], added)
+	le.PutUint32(b[recRemoved:], removed)
 }
 
 // decodeRecord reads a record; ok is false for a free slot.
-func decodeRecord(b []byte) (r Rule, order uint32, halves uint8, ok bool) {
+func decodeRecord(b []byte) (r Rule, order, added, removed uint32, ok bool) {
 	if b[recAction] == 0 {
-		return r, 0, 0, false
+		return r, 0, 0, 0, false
 	}
 	le := binary.LittleEndian
 	r.Action = Action(b[recAction])
@@ -267,7 +275,7 @@ func decodeRecord(b []byte) (r Rule, order uint32, halves uint8, ok bool) {
 	r.Fragment = flags&recFlagFrag != 0
 	r.EtherType = le.Uint16(b[recEther:])
 	r.Line = int(le.Uint32(b[recLine:]))
-	return r, le.Uint32(b[recOrder:]), b[recHalves], true
+	return r, le.Uint32(b[recOrder:]), le.Uint32(b[recAdded:]), le.Uint32(b[recRemoved:]), true
 }
 
 // ---- compound rules: the bit-vector classifier ----

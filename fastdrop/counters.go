@@ -133,6 +133,7 @@ func (e *Engine) zeroSlots(slots []uint32) error {
 func (e *Engine) retireSlots(slots []uint32, actions []Action) error {
 	var b, r [counterSize]byte
 	for i, s := range slots {
+		var total Counter
 		for cpu := range e.ncpu {
 			off := int64((cpu*e.nslots + int(s)) * counterSize)
 			roff := int64((cpu*e.nslots + int(slotRetired+uint32(actions[i]))) * counterSize)
@@ -145,9 +146,13 @@ func (e *Engine) retireSlots(slots []uint32, actions []Action) error {
 			from, to := counterSlice(b[:]), counterSlice(r[:])
 			to[0].Packets += from[0].Packets
 			to[0].Bytes += from[0].Bytes
+			total.add(Counter(from[0]))
 			if _, err := e.mem.counters.WriteAt(r[:], roff); err != nil {
 				return fmt.Errorf("write counters: %w", err)
 			}
+		}
+		if e.retireHook != nil {
+			e.retireHook(s, total)
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package fastdrop
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -135,6 +136,7 @@ type Engine struct {
 	rules      []Rule
 	slots      []uint32
 	orderOf    []uint32 // by slot: the order its record holds
+	genOf      []uint32 // by slot: the generation its rule came with
 	policy     Action
 	malformed  Action
 	prefixSlot map[slotKey]uint32
@@ -149,6 +151,9 @@ type Engine struct {
 
 	active     uint32
 	generation uint64
+	// retireHook, if set (tests), sees the final counts of each removed
+	// rule's slot.
+	retireHook func(slot uint32, c Counter)
 	// fullWrite: the halves may differ from the mirrors (after Open, or
 	// after a failed change): the next commit writes every table whole.
 	fullWrite bool
@@ -171,7 +176,9 @@ func New(opts Options) (*Engine, error) {
 	for _, m := range []string{gen.FastdropMapFdLpm4, gen.FastdropMapFdLpm6, gen.FastdropMapFdLpmVerdicts} {
 		delete(spec.Maps, m)
 	}
-	nslots := opts.MaxRules + int(firstRule)
+	// Room for two whole rule sets: a change gives slots to the rules it
+	// adds while those it removes still have theirs.
+	nslots := 2*opts.MaxRules + int(firstRule)
 	if uint64(nslots) > uint64(valSlotMask) {
 		return nil, fmt.Errorf("fastdrop: MaxRules %d: at most %d", opts.MaxRules, valSlotMask-firstRule)
 	}
@@ -261,7 +268,7 @@ func Open(pinDir string) (*Engine, error) {
 func (e *Engine) setup() error {
 	e.nslots = int(e.maps[gen.FastdropMapFdRules].MaxEntries())
 	e.ncpu = int(e.maps[gen.FastdropMapFdCounters].MaxEntries()) / e.nslots
-	e.groups = int(e.maps[gen.FastdropMapFdV4Tbl8].MaxEntries()) / 32
+	e.groups = int(e.maps[gen.FastdropMapFdV4Tbl8].MaxEntries()) / 16 // the shared pool
 	e.v6cap = int(e.maps[gen.FastdropMapFdV6Tab].MaxEntries()) / 2
 	for _, m := range []struct {
 		name string
@@ -300,6 +307,7 @@ func (e *Engine) setup() error {
 func (e *Engine) resetState() error {
 	e.rules, e.slots = nil, nil
 	e.orderOf = make([]uint32, e.nslots)
+	e.genOf = make([]uint32, e.nslots)
 	e.policy, e.malformed = ActionPass, ActionPass
 	e.prefixSlot = make(map[slotKey]uint32)
 	e.textSlot = make(map[string]uint32)
@@ -309,7 +317,7 @@ func (e *Engine) resetState() error {
 		return err
 	}
 	var err error
-	if e.v4, err = newV4Table(e.groups, e.nslots); err != nil {
+	if e.v4, err = newV4Table(e.groups, e.nslots, e.mem.tbl8); err != nil {
 		return fmt.Errorf("fastdrop: %w", err)
 	}
 	if e.v6, err = newV6Table(e.v6cap); err != nil {
@@ -522,15 +530,16 @@ func (e *Engine) loadLocked() error {
 		return err
 	}
 	for s := firstRule; s < uint32(e.nslots); s++ {
-		r, order, halves, ok := decodeRecord(buf[int(s)*recSize:])
+		r, order, added, removed, ok := decodeRecord(buf[int(s)*recSize:])
 		if !ok {
 			continue
 		}
-		if halves&(1<<active) == 0 {
+		if !recLive(added, removed, uint32(st.Generation)) {
 			stale = append(stale, s)
 			continue
 		}
 		recs = append(recs, rec{r, order, s})
+		e.genOf[s] = added
 		e.nextSlot = max(e.nextSlot, s+1)
 	}
 	slices.SortStableFunc(recs, func(a, b rec) int { return int(int64(a.order) - int64(b.order)) })
@@ -578,12 +587,16 @@ func (e *Engine) loadLocked() error {
 			e.free = append(e.free, s)
 		}
 	}
-	// Free what only the other half held (a change that did not finish).
+	// Free what a change that did not finish left (rules of a generation
+	// that never came, or gone but not freed), counters too.
 	var zero [recSize]byte
 	for _, s := range stale {
 		if _, err := e.mem.rules.WriteAt(zero[:], int64(s)*recSize); err != nil {
 			return fmt.Errorf("fastdrop: clear rule record: %w", err)
 		}
+	}
+	if err := e.zeroSlots(stale); err != nil {
+		return fmt.Errorf("fastdrop: %w", err)
 	}
 	e.policy = actionOr(Action(conf.Policy), ActionPass)
 	e.malformed = actionOr(Action(conf.Malformed), ActionPass)
@@ -592,7 +605,9 @@ func (e *Engine) loadLocked() error {
 	if err := e.compileAll(); err != nil {
 		return fmt.Errorf("fastdrop: rebuild tables: %w", err)
 	}
-	e.fullWrite = true
+	// A change that did not finish may have left the inactive half
+	// different from the active one.
+	e.fullWrite = st.InSync == 0
 	return nil
 }
 
@@ -603,7 +618,9 @@ func actionOr(a, def Action) Action {
 	return a
 }
 
-// compileAll rebuilds every table from e.rules.
+// compileAll makes the mirrors hold e.rules, which the active half holds:
+// tbl24 read back from it, the rest rebuilt (and written whole to both
+// halves by the next change).
 func (e *Engine) compileAll() error {
 	var v4 []v4Prefix
 	var v6 []v6Prefix
@@ -621,12 +638,14 @@ func (e *Engine) compileAll() error {
 			v6 = append(v6, v6PrefixOf(r.Src, val))
 		}
 	}
-	if err := e.v4.build(v4); err != nil {
+	half24 := io.NewSectionReader(e.mem.tbl24, int64(e.active)*tbl24Entries*4, tbl24Entries*4)
+	if err := e.v4.reload(half24, v4); err != nil {
 		return err
 	}
 	if err := e.v6.build(v6); err != nil {
 		return err
 	}
+	e.v6dirty = true
 	cls, err := compileCompound(compound)
 	if err != nil {
 		return err
@@ -647,6 +666,9 @@ func (e *Engine) commitLocked(next []Rule, policy, malformed Action) error {
 		if a := next[i].Action; a != ActionDrop && a != ActionPass {
 			return fmt.Errorf("fastdrop: rule %s: %w", next[i].String(), ErrUnsupportedAction)
 		}
+	}
+	if maxRules := (e.nslots - int(firstRule)) / 2; len(next) > maxRules {
+		return fmt.Errorf("fastdrop: %d rules: %w (raise Options.MaxRules, now %d)", len(next), ErrCapacity, maxRules)
 	}
 	ck := compoundKeys(next)
 
@@ -685,7 +707,7 @@ func (e *Engine) commitLocked(next []Rule, policy, malformed Action) error {
 			slots[i] = nextSlot
 			nextSlot++
 		} else {
-			return fmt.Errorf("fastdrop: %d rules: %w (raise Options.MaxRules, now %d)", len(next), ErrCapacity, e.nslots-int(firstRule))
+			return fmt.Errorf("fastdrop: %d rules: no free counter slot: %w (raise Options.MaxRules)", len(next), ErrCapacity)
 		}
 	}
 	old := struct {
@@ -695,9 +717,8 @@ func (e *Engine) commitLocked(next []Rule, policy, malformed Action) error {
 		malformed Action
 	}{e.rules, e.slots, e.policy, e.malformed}
 	if err := e.compileChange(next, slots, added, removed); err != nil {
-		// The mirrors may be half changed: rebuild them as they were and
-		// rewrite the halves whole next time.
-		e.fullWrite = true
+		// The mirrors may be half changed: make them what the kernel
+		// holds, which nothing has touched.
 		e.rules, e.slots = old.rules, old.slots
 		if rerr := e.compileAll(); rerr != nil {
 			return errors.Join(fmt.Errorf("fastdrop: %w", err), fmt.Errorf("fastdrop: rebuild tables: %w", rerr))
@@ -725,7 +746,11 @@ func (e *Engine) commitLocked(next []Rule, policy, malformed Action) error {
 	e.free, e.nextSlot = free, nextSlot
 
 	if err := e.publishLocked(added, removed, old.rules, old.slots); err != nil {
-		e.fullWrite = true
+		// Start again from what the kernel holds (the old set or the new
+		// one, whichever got to be active).
+		if rerr := e.loadLocked(); rerr != nil {
+			return errors.Join(fmt.Errorf("fastdrop: %w", err), rerr)
+		}
 		return fmt.Errorf("fastdrop: %w", err)
 	}
 	return nil
@@ -784,19 +809,27 @@ func (e *Engine) compileChange(next []Rule, slots []uint32, added, removed []int
 	for _, p := range v4del {
 		incrCost += 2 * p.cost()
 	}
-	if e.fullWrite || incrCost > fullCost {
+	if incrCost > fullCost {
 		if err := e.v4.build(v4all); err != nil {
 			return err
 		}
 	} else {
 		for _, p := range v4del {
-			e.v4.remove(p)
+			if err := e.v4.remove(p); err != nil {
+				return err
+			}
 		}
 		for _, p := range v4add {
 			if err := e.v4.insert(p); err != nil {
 				return err
 			}
 		}
+	}
+	if e.fullWrite {
+		e.v4.allDirty = true // the inactive half may not be a copy
+	}
+	if n := e.v4.liveGroups(); n > e.groups/2 {
+		return fmt.Errorf("IPv4 prefixes longer than /24 in %d different /24s: %w (raise Options.IPv4Blocks, now %d)", n, ErrCapacity, e.groups/2)
 	}
 	if v6changed || e.fullWrite {
 		if err := e.v6.build(v6all); err != nil {
@@ -825,33 +858,38 @@ func (e *Engine) publishLocked(added, removed []int, oldRules []Rule, oldSlots [
 		return err
 	}
 	isAdded := make([]bool, len(e.rules))
-	newSlots := make([]uint32, 0, len(added))
 	for _, i := range added {
 		isAdded[i] = true
-		newSlots = append(newSlots, e.slots[i])
 	}
-	// No packet can use a slot that is not in the active half yet.
-	if err := e.zeroSlots(newSlots); err != nil {
-		return err
-	}
+	// The records say which generation each rule came and went with; the
+	// flip makes them true. Slots of removed rules, and so their counters,
+	// are kept until the change is over.
+	next := uint32(generation + 1)
 	var recs []recWrite
 	for _, i := range added {
 		e.orderOf[e.slots[i]] = uint32(i)
-		recs = append(recs, recWrite{e.slots[i], &e.rules[i], uint32(i), 1 << inactive})
+		recs = append(recs, recWrite{e.slots[i], &e.rules[i], uint32(i), next, 0})
 	}
 	for _, i := range removed {
-		recs = append(recs, recWrite{oldSlots[i], &oldRules[i], e.orderOf[oldSlots[i]], 1 << prev})
+		recs = append(recs, recWrite{oldSlots[i], &oldRules[i], e.orderOf[oldSlots[i]], e.addedGen(oldSlots[i]), next})
 	}
 	for i, s := range e.slots {
 		if !isAdded[i] && e.orderOf[s] != uint32(i) {
 			e.orderOf[s] = uint32(i)
-			recs = append(recs, recWrite{s, &e.rules[i], uint32(i), 3})
+			recs = append(recs, recWrite{s, &e.rules[i], uint32(i), e.addedGen(s), 0})
 		}
 	}
 	if err := e.writeRecords(recs); err != nil {
 		return err
 	}
+	for _, i := range added {
+		e.genOf[e.slots[i]] = next
+	}
 
+	// The new tbl8 groups first: the tables written next point to them.
+	if err := e.v4.flush(); err != nil {
+		return err
+	}
 	if err := e.writeHalf(inactive); err != nil {
 		return err
 	}
@@ -866,9 +904,6 @@ func (e *Engine) publishLocked(added, removed []int, oldRules []Rule, oldSlots [
 		return err
 	}
 	recs = recs[:0]
-	for _, i := range added {
-		recs = append(recs, recWrite{e.slots[i], &e.rules[i], uint32(i), 3})
-	}
 	var gone []uint32
 	var goneActions []Action
 	for _, i := range removed {
@@ -876,7 +911,11 @@ func (e *Engine) publishLocked(added, removed []int, oldRules []Rule, oldSlots [
 		goneActions = append(goneActions, oldRules[i].Action)
 		recs = append(recs, recWrite{slot: oldSlots[i]}) // free
 	}
+	// Free slots have zero counters, so that a new rule starts at zero.
 	if err := e.retireSlots(gone, goneActions); err != nil {
+		return err
+	}
+	if err := e.zeroSlots(gone); err != nil {
 		return err
 	}
 	if err := e.writeRecords(recs); err != nil {
@@ -886,7 +925,7 @@ func (e *Engine) publishLocked(added, removed []int, oldRules []Rule, oldSlots [
 	if err := e.writeState(gen.FastdropFdState{Active: inactive, InSync: 1, Generation: generation + 1}); err != nil {
 		return err
 	}
-	e.v4.clearDirty()
+	e.v4.committed()
 	e.v6dirty = false
 	e.fullWrite = false
 	return nil
@@ -894,10 +933,10 @@ func (e *Engine) publishLocked(added, removed []int, oldRules []Rule, oldSlots [
 
 // recWrite is one rule record to write; rule nil frees the slot.
 type recWrite struct {
-	slot   uint32
-	rule   *Rule
-	order  uint32
-	halves uint8
+	slot           uint32
+	rule           *Rule
+	order          uint32
+	added, removed uint32
 }
 
 // writeRecords writes rule records, a run of consecutive slots at a time.
@@ -915,7 +954,7 @@ func (e *Engine) writeRecords(ws []recWrite) error {
 			if w.rule == nil {
 				clear(b)
 			} else {
-				encodeRecord(b, w.rule, w.order, w.halves)
+				encodeRecord(b, w.rule, w.order, w.added, w.removed)
 			}
 		}
 		if _, err := e.mem.rules.WriteAt(buf, int64(ws[i].slot)*recSize); err != nil {
@@ -925,6 +964,8 @@ func (e *Engine) writeRecords(ws []recWrite) error {
 	}
 	return nil
 }
+
+func (e *Engine) addedGen(slot uint32) uint32 { return e.genOf[slot] }
 
 // waitPrograms returns once every run of the program that started before
 // the call has ended.
@@ -940,9 +981,6 @@ func (e *Engine) writeHalf(h uint32) error {
 	base24 := int64(h) * tbl24Entries * 4
 	err := e.v4.forDirty(func(start, end int) error {
 		_, err := e.mem.tbl24.WriteAt(u32Bytes(e.v4.tbl24[start:end]), base24+int64(start)*4)
-		return err
-	}, func(g int) error {
-		_, err := e.mem.tbl8.WriteAt(u32Bytes(e.v4.tbl8[g*256:g*256+256]), (int64(h)*int64(e.groups)+int64(g))*1024)
 		return err
 	})
 	if err != nil {
@@ -1004,7 +1042,7 @@ func (e *Engine) confFor(h uint32) gen.FastdropFdConf {
 		V4Count:     uint32(e.v4.count),
 		V6Count:     uint32(e.v6.count),
 		V4Tbl24Base: h << 20,
-		V4Tbl8Base:  h * uint32(e.groups) * 16,
+		V4Tbl8Base:  0, // one pool for both halves
 		V6Base:      h * uint32(e.v6cap),
 		V6Mask:      uint32(max(e.v6.size, 1) - 1),
 		V6Shift:     e.v6.shift(),

@@ -371,7 +371,10 @@ func TestCapacityErrors(t *testing.T) {
 	}{
 		{"rules", many(101, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.0/24", i) }), "MaxRules"},
 		{"IPv4 blocks", many(5, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.1", i) }), "IPv4Blocks"},
-		{"IPv6 entries", many(99, func(i int) string { return fmt.Sprintf("drop src 2001:db8:%x::/48", i) }), ""},
+		{"IPv4 blocks, all", many(4, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.1", i) }), ""},
+		// A complete replacement needs both sets' groups and slots at once.
+		{"IPv4 blocks, all replaced", many(4, func(i int) string { return fmt.Sprintf("drop src 10.1.%d.1", i) }), ""},
+		{"rules, all replaced", many(100, func(i int) string { return fmt.Sprintf("drop src 2001:db8:%x::/48", i) }), ""},
 	} {
 		err := e.Apply(tc.rs)
 		if tc.want == "" {
@@ -384,13 +387,16 @@ func TestCapacityErrors(t *testing.T) {
 			t.Errorf("%s: %v, want ErrCapacity naming %s", tc.name, err, tc.want)
 		}
 	}
-	// After the errors the last good set is in force.
+	// The last good set is in force.
 	got, err := newRunner(e).run(spec6("2001:db8:5::1", "2001:db8::1", 47, 0, 0).Build().Bytes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Result != kPrefix(ActionDrop, 5) {
 		t.Errorf("after capacity errors: %v", got)
+	}
+	if err := e.Apply(many(5, func(i int) string { return fmt.Sprintf("drop src 10.2.%d.1", i) })); !errors.Is(err, ErrCapacity) {
+		t.Errorf("IPv4 blocks after a replacement: %v, want ErrCapacity", err)
 	}
 	big := Options{MaxRules: 100, IPv4Blocks: 4, IPv6Entries: 1024}
 	e2 := newTestEngine(t, big)
@@ -514,7 +520,7 @@ func TestRecordLayout(t *testing.T) {
 	r := kParse(t, "drop tcp src 2001:db8::/32 sport 1-2 dst 2001:db8:1::1 dport 3-4").Rules[0]
 	r.Line = 77
 	var b [recSize]byte
-	encodeRecord(b[:], &r, 5, 3)
+	encodeRecord(b[:], &r, 5, 7, 9)
 	var rec gen.FastdropFdRuleRec
 	if _, err := binary.Decode(b[:], binary.LittleEndian, &rec); err != nil {
 		t.Fatal(err)
@@ -523,14 +529,25 @@ func TestRecordLayout(t *testing.T) {
 		t.Fatalf("struct fd_rule_rec is %d bytes, want %d", binary.Size(rec), recSize)
 	}
 	want := gen.FastdropFdRuleRec{Action: 1, Flags: recFlagSrc | recFlagDst | recFlagProto | recFlagSport | recFlagDport,
-		Proto: 6, SrcLen: 32, DstLen: 128, Family: 6, Halves: 3, SportLo: 1, SportHi: 2, DportLo: 3, DportHi: 4,
+		Proto: 6, SrcLen: 32, DstLen: 128, Family: 6, GenAdded: 7, GenRemoved: 9, SportLo: 1, SportHi: 2, DportLo: 3, DportHi: 4,
 		Line: 77, Order: 5, Src: netip.MustParseAddr("2001:db8::").As16(), Dst: netip.MustParseAddr("2001:db8:1::1").As16()}
 	if rec != want {
 		t.Errorf("decoded %+v\nwant    %+v", rec, want)
 	}
-	back, order, halves, ok := decodeRecord(b[:])
-	if !ok || order != 5 || halves != 3 || back.String() != r.String() || back.Line != 77 {
-		t.Errorf("decodeRecord: %s order %d halves %d ok %v", back.String(), order, halves, ok)
+	back, order, added, removed, ok := decodeRecord(b[:])
+	if !ok || order != 5 || added != 7 || removed != 9 || back.String() != r.String() || back.Line != 77 {
+		t.Errorf("decodeRecord: %s order %d generations %d-%d ok %v", back.String(), order, added, removed, ok)
+	}
+	for _, tc := range []struct {
+		added, removed, g uint32
+		live              bool
+	}{
+		{7, 0, 7, true}, {7, 0, 6, false}, {7, 9, 8, true}, {7, 9, 9, false},
+		{0xfffffffe, 0, 3, true}, {0xfffffffe, 2, 1, true}, {0xfffffffe, 2, 2, false},
+	} {
+		if got := recLive(tc.added, tc.removed, tc.g); got != tc.live {
+			t.Errorf("recLive(%d, %d, %d) = %v", tc.added, tc.removed, tc.g, got)
+		}
 	}
 	if n := binary.Size(gen.FastdropFdV6Ent{}); n != v6EntSize {
 		t.Errorf("struct fd_v6_ent is %d bytes, want %d", n, v6EntSize)

@@ -161,26 +161,24 @@ const (
 )
 
 type FastdropFdRuleRec struct {
-	_       structs.HostLayout
-	Action  uint8
-	Flags   uint8
-	Proto   uint8
-	SrcLen  uint8
-	DstLen  uint8
-	Family  uint8
-	Halves  uint8
-	Pad0    uint8
-	Ether   uint16
-	SportLo uint16
-	SportHi uint16
-	DportLo uint16
-	DportHi uint16
-	Pad1    uint16
-	Line    uint32
-	Order   uint32
-	Src     [16]uint8
-	Dst     [16]uint8
-	Pad2    uint32
+	_          structs.HostLayout
+	Action     uint8
+	Flags      uint8
+	Proto      uint8
+	SrcLen     uint8
+	DstLen     uint8
+	Family     uint8
+	Ether      uint16
+	SportLo    uint16
+	SportHi    uint16
+	DportLo    uint16
+	DportHi    uint16
+	Line       uint32
+	Order      uint32
+	GenAdded   uint32
+	GenRemoved uint32
+	Src        [16]uint8
+	Dst        [16]uint8
 }
 
 type FastdropFdState struct {
