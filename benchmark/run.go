@@ -60,7 +60,7 @@ func DefaultOptions() Options {
 // --quick`): a short warm-up and one short repeat per case.
 func QuickOptions() Options {
 	o := DefaultOptions()
-	o.Warmup, o.Duration, o.Repeat = 200*time.Millisecond, 500*time.Millisecond, 1
+	o.Warmup, o.Duration, o.Repeat = 500*time.Millisecond, 500*time.Millisecond, 1
 	return o
 }
 
@@ -144,6 +144,9 @@ type Event struct {
 	Repeat int
 	Mpps   float64
 	Result *Result
+	// Host, Peer and PeerNetNS name the interfaces of the case (from
+	// "warmup" on): a sandbox's are removed when the case ends.
+	Host, Peer, PeerNetNS string
 }
 
 // Run measures each case in turn and returns the report. A case that
@@ -267,7 +270,9 @@ func runCase(ctx context.Context, idx, total int, c Case, opts Options) (res Res
 	if err := r.start(); err != nil {
 		return fail(err)
 	}
-	opts.progress(ev("warmup"))
+	e := ev("warmup")
+	e.Host, e.Peer, e.PeerNetNS = r.env.host, r.env.peer, r.env.peerNSName
+	opts.progress(e)
 	if err := r.wait(ctx, opts.Warmup); err != nil {
 		return fail(err)
 	}

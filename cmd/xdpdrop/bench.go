@@ -81,7 +81,7 @@ hardware's (see docs/BENCHMARKS.md).`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.tables, "tables", strings.Join(benchmark.Tables(), ","), "tables to measure, comma-separated")
-	fl.BoolVar(&f.quick, "quick", false, "a fast look: warm-up 200ms, one repeat of 500ms per row (explicit --warmup, --duration, --repeat win)")
+	fl.BoolVar(&f.quick, "quick", false, "a fast look: warm-up 500ms, one repeat of 500ms per row (explicit --warmup, --duration, --repeat win)")
 	fl.DurationVar(&f.warmup, "warmup", d.Warmup, "warm-up of each row before it is measured")
 	fl.DurationVar(&f.duration, "duration", d.Duration, "length of each measured repeat")
 	fl.IntVar(&f.repeat, "repeat", d.Repeat, "measured repeats per row")
@@ -124,7 +124,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	}
 	command := commandLine(cmd)
 	rep, err := benchmark.Run(cmd.Context(), cases, opts)
-	if rep == nil {
+	if rep == nil || (err != nil && len(rep.Results) == 0) {
 		return err
 	}
 	var werr error
