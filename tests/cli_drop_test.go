@@ -199,7 +199,7 @@ func TestCLIDropLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached, "no XDP program left on the interface")
 	r = cli(t, "stats", "--iface", v.Name)
-	requireOneLineError(t, r, 1, "no fast drop on "+v.Name)
+	requireOneLineError(t, r, 1, "neither fast drop nor redirect runs on "+v.Name)
 }
 
 func TestCLIDropBadInput(t *testing.T) {

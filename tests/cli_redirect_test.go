@@ -119,6 +119,26 @@ func TestCLIRedirectFilter(t *testing.T) {
 		require.Equal(t, 0, r.code, r.stderr)
 	}
 	time.Sleep(1500 * time.Millisecond) // one more sample after the traffic
+
+	// Another process sees the running redirect's queues.
+	r := cli(t, "stats", "--iface", v.Name, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var st struct {
+		Program string `json:"program"`
+		Queues  []struct {
+			Queue      int    `json:"queue"`
+			Redirected uint64 `json:"redirected"`
+			Passed     uint64 `json:"passed"`
+		} `json:"queues"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
+	require.Equal(t, "redirect", st.Program)
+	var redirected uint64
+	for _, q := range st.Queues {
+		redirected += q.Redirected
+	}
+	require.Equal(t, uint64(3000), redirected, "stats reads the same per-queue counters")
+
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 	require.NoError(t, cmd.Wait(), errb.String())
 	qs := lastQueues(t, cmd.Stdout.(*strings.Builder).String())

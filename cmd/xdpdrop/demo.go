@@ -160,7 +160,7 @@ func (a *app) demo(ctx context.Context, duration time.Duration, modeName string,
 			done = true
 		case <-tick.C:
 		}
-		cur, err := sample(src)
+		cur, err := src.sample()
 		if err != nil {
 			cancel()
 			wg.Wait()

@@ -7,11 +7,13 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/spf13/cobra"
 
 	"github.com/xdpdrop/xdpdrop/fastdrop"
 	"github.com/xdpdrop/xdpdrop/loader"
 	"github.com/xdpdrop/xdpdrop/metrics"
+	"github.com/xdpdrop/xdpdrop/xsk"
 )
 
 // verdictRow is one verdict counter in `stats --json`.
@@ -29,10 +31,22 @@ type ifaceStats struct {
 	Program   string       `json:"program"`
 	Mode      string       `json:"mode"`
 	Time      time.Time    `json:"time"`
-	Verdicts  []verdictRow `json:"verdicts"`
-	Rules     []ruleRate   `json:"rules"`
+	Verdicts  []verdictRow `json:"verdicts,omitempty"` // fast drop
+	Rules     []ruleRate   `json:"rules,omitempty"`    // fast drop
+	Queues    []queueRow   `json:"queues,omitempty"`   // redirect: queues that saw traffic
 
 	rated bool // rates were computed (there was an earlier sample)
+}
+
+// queueRow is one rx queue of a redirect program in `stats --json`.
+type queueRow struct {
+	Queue      int     `json:"queue"`
+	Redirected uint64  `json:"redirected"` // to the queue's AF_XDP socket
+	Passed     uint64  `json:"passed"`     // to the kernel stack
+	Dropped    uint64  `json:"dropped"`    // by the queue's filter
+	Aborted    uint64  `json:"aborted"`
+	Bytes      uint64  `json:"bytes"`
+	PPS        float64 `json:"pps,omitempty"` // all verdicts, with --watch
 }
 
 type ruleRate struct {
@@ -51,7 +65,10 @@ func (a *app) statsCmd() *cobra.Command {
 		Short: "Show counters per verdict and per rule, with rates while watching",
 		Long: `stats prints the counters of the fast drop attached to an interface (or to
 every interface that has one): frames and bytes per verdict (drop, pass,
-malformed, default policy) and per rule. With --watch it samples every
+malformed, default policy) and per rule. For an interface on which
+'xdpdrop redirect' runs, it prints the redirect program's counters per rx
+queue: frames redirected to the AF_XDP socket, passed to the stack, dropped
+by the filter. With --watch it samples every
 --interval and shows rates; stop it with Ctrl-C. In text output, rules that
 matched nothing are hidden and at most --top rules are shown, busiest first;
 --json always lists every rule (one JSON document per sample).`,
@@ -84,44 +101,118 @@ type dropSource struct {
 	eng *fastdrop.Engine
 }
 
-func (a *app) stats(ctx context.Context, iface string, watch, jsonOut bool, interval time.Duration, top int, metricsAddr string) error {
-	var ifaces []string
-	if iface != "" {
-		ifaces = []string{iface}
-	} else {
-		sts, err := loader.Status("", "")
-		if err != nil {
-			return err
+// statsSource is one attachment that stats samples: fast drop (verdicts
+// and rules) or a running redirect (per-queue verdicts).
+type statsSource interface {
+	sample() (*ifaceStats, error)
+	close()
+}
+
+func (s dropSource) close() {
+	s.eng.Close()
+	s.att.Close()
+}
+
+// redirectSource reads the per-queue counters of a redirect program that
+// an `xdpdrop redirect` process (or a Go program using xsk) is running.
+type redirectSource struct {
+	iface, mode string
+	red         *xsk.Redirect
+}
+
+func (s redirectSource) close() { s.red.Close() }
+
+func (s redirectSource) sample() (*ifaceStats, error) {
+	qs, err := s.red.Counters()
+	if err != nil {
+		return nil, fmt.Errorf("read queue counters of %s: %w", s.iface, err)
+	}
+	st := &ifaceStats{Interface: s.iface, Program: "redirect", Mode: s.mode, Time: time.Now()}
+	for _, q := range qs {
+		if q.Redirected.Packets+q.Passed.Packets+q.Dropped.Packets+q.Aborted.Packets == 0 {
+			continue
 		}
-		for _, st := range sts {
-			if !st.Stale && ours(st, programFastdrop) {
-				ifaces = append(ifaces, st.Interface)
+		st.Queues = append(st.Queues, queueRow{
+			Queue: q.Queue, Redirected: q.Redirected.Packets, Passed: q.Passed.Packets,
+			Dropped: q.Dropped.Packets, Aborted: q.Aborted.Packets,
+			Bytes: q.Redirected.Bytes + q.Passed.Bytes + q.Dropped.Bytes + q.Aborted.Bytes,
+		})
+	}
+	return st, nil
+}
+
+// findStatsSources opens what stats reads on iface, or on every interface.
+func findStatsSources(iface string) ([]statsSource, error) {
+	sts, err := loader.Status(iface, "")
+	if err != nil {
+		return nil, err
+	}
+	var srcs []statsSource
+	fail := func(err error) ([]statsSource, error) {
+		for _, s := range srcs {
+			s.close()
+		}
+		return nil, err
+	}
+	for _, st := range sts {
+		if st.Stale {
+			continue
+		}
+		if ours(st, programFastdrop) {
+			att, eng, err := needDrop(st.Interface)
+			if err != nil {
+				return fail(err)
 			}
+			srcs = append(srcs, dropSource{att, eng})
+			continue
 		}
-		if len(ifaces) == 0 {
-			return fmt.Errorf("no fast drop attached anywhere: attach it with 'xdpdrop drop --iface IF --rules FILE'")
+		for _, p := range st.Programs {
+			if !p.Ours || p.Meta == nil || p.Meta.Config["program"] != "redirect" {
+				continue
+			}
+			prog, err := ebpf.NewProgramFromID(ebpf.ProgramID(p.ID))
+			if err != nil {
+				return fail(fmt.Errorf("open the redirect program of %s: %w", st.Interface, err))
+			}
+			red, err := xsk.OpenRedirect(prog)
+			prog.Close()
+			if err != nil {
+				return fail(err)
+			}
+			srcs = append(srcs, redirectSource{iface: st.Interface, mode: p.Mode.String(), red: red})
 		}
 	}
-	var srcs []dropSource
+	if len(srcs) == 0 {
+		if iface != "" {
+			return nil, fmt.Errorf("neither fast drop nor redirect runs on %s: attach fast drop with 'xdpdrop drop --iface %s --rules FILE'", iface, iface)
+		}
+		return nil, fmt.Errorf("no fast drop or redirect attached anywhere: attach fast drop with 'xdpdrop drop --iface IF --rules FILE'")
+	}
+	return srcs, nil
+}
+
+func (a *app) stats(ctx context.Context, iface string, watch, jsonOut bool, interval time.Duration, top int, metricsAddr string) error {
+	srcs, err := findStatsSources(iface)
+	if err != nil {
+		return err
+	}
 	defer func() {
 		for _, s := range srcs {
-			s.eng.Close()
-			s.att.Close()
+			s.close()
 		}
 	}()
-	for _, name := range ifaces {
-		att, eng, err := needDrop(name)
-		if err != nil {
-			return err
-		}
-		srcs = append(srcs, dropSource{att, eng})
-	}
 	if metricsAddr != "" {
 		drops := metrics.NewDropCollector(0)
+		queues := metrics.NewXSKCollector()
 		for _, s := range srcs {
-			drops.Set(s.att.Interface(), s.eng)
+			switch s := s.(type) {
+			case dropSource:
+				drops.Set(s.att.Interface(), s.eng)
+			case redirectSource:
+				queues.SetProgram(s.iface, s.red)
+			}
 		}
-		stop, err := a.serveMetrics(ctx, metricsAddr, drops)
+		stop, err := a.serveMetrics(ctx, metricsAddr, drops, queues)
 		if err != nil {
 			return err
 		}
@@ -133,7 +224,7 @@ func (a *app) stats(ctx context.Context, iface string, watch, jsonOut bool, inte
 	defer tick.Stop()
 	for {
 		for i, s := range srcs {
-			cur, err := sample(s)
+			cur, err := s.sample()
 			if err != nil {
 				return err
 			}
@@ -172,7 +263,7 @@ func writeJSONLine(w io.Writer, v any, compact bool) error {
 	return err
 }
 
-func sample(s dropSource) (*ifaceStats, error) {
+func (s dropSource) sample() (*ifaceStats, error) {
 	c, err := s.eng.Counters()
 	if err != nil {
 		return nil, fmt.Errorf("read counters of %s: %w", s.att.Interface(), err)
@@ -205,6 +296,16 @@ func addRates(cur, prev *ifaceStats) {
 		cur.Verdicts[i].PPS = float64(cur.Verdicts[i].Packets-p.Packets) / dt
 		cur.Verdicts[i].BPS = float64(cur.Verdicts[i].Bytes-p.Bytes) / dt
 	}
+	pq := make(map[int]uint64, len(prev.Queues))
+	for _, q := range prev.Queues {
+		pq[q.Queue] = q.Redirected + q.Passed + q.Dropped + q.Aborted
+	}
+	for i, q := range cur.Queues {
+		n := q.Redirected + q.Passed + q.Dropped + q.Aborted
+		if p, ok := pq[q.Queue]; ok && n >= p {
+			cur.Queues[i].PPS = float64(n-p) / dt
+		}
+	}
 	before := make(map[string]uint64, len(prev.Rules))
 	for _, r := range prev.Rules {
 		before[r.Rule] = r.Packets
@@ -218,6 +319,10 @@ func addRates(cur, prev *ifaceStats) {
 
 func printStats(w io.Writer, st *ifaceStats, watch bool, top int) {
 	fmt.Fprintf(w, "%s  %s, %s mode  %s\n", st.Interface, st.Program, st.Mode, st.Time.Format("15:04:05"))
+	if st.Program == "redirect" {
+		printQueueStats(w, st, watch)
+		return
+	}
 	tw := table(w)
 	if watch {
 		fmt.Fprintln(tw, "  VERDICT\tPACKETS\tBYTES\tRATE\t")
@@ -275,6 +380,23 @@ func printStats(w io.Writer, st *ifaceStats, watch bool, top int) {
 	tw.Flush()
 	if hidden > 0 {
 		fmt.Fprintf(w, "  (%d more rules not shown: no matches or beyond --top)\n", hidden)
+	}
+	fmt.Fprintln(w)
+}
+
+func printQueueStats(w io.Writer, st *ifaceStats, watch bool) {
+	tw := table(w)
+	fmt.Fprintln(tw, "  QUEUE\tREDIRECTED\tTO STACK\tDROPPED\tABORTED\tBYTES\tRATE\t")
+	for _, q := range st.Queues {
+		r := "-"
+		if watch && st.rated {
+			r = rate(q.PPS)
+		}
+		fmt.Fprintf(tw, "  %d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", q.Queue, q.Redirected, q.Passed, q.Dropped, q.Aborted, q.Bytes, r)
+	}
+	tw.Flush()
+	if len(st.Queues) == 0 {
+		fmt.Fprintln(w, "  (no traffic yet)")
 	}
 	fmt.Fprintln(w)
 }
