@@ -108,7 +108,7 @@ enum fd_layout {
 	FD_V6_USED = 1,
 	FD_V6_MARKER = 2,  /* longer prefixes exist below: search on */
 	FD_V6_PREFIX = 4,  /* a prefix rule itself, not only a marker */
-	FD_V6_PROBES = 16, /* linear probing never goes further (Go ensures) */
+	FD_V6_PROBES = 32, /* no key sits further from home (Go ensures) */
 	FD_V6_DEPTH = 8,   /* binary search over <= 255 lengths */
 };
 
@@ -177,7 +177,8 @@ struct fd_v6_ent {
 		       * longest prefix rule containing it), 0 if none */
 	__u8 len;
 	__u8 flags; /* FD_V6_* */
-	__u16 pad;
+	__u8 dist;  /* slots from its home slot (Robin Hood hashing) */
+	__u8 pad;
 	__u64 pad2;
 };
 
@@ -661,8 +662,10 @@ static __always_inline __u64 fd_mask64(__u32 bits)
 }
 
 /* fd_v6_probe looks (mh, ml, len) up in this half's hash table and returns
- * flags << 32 | val, or 0 if absent. Linear probing; user space keeps
- * every key within FD_V6_PROBES of its home slot. */
+ * flags << 32 | val, or 0 if absent. Linear probing with Robin Hood
+ * insertion: keys along a run are in order of distance from home, so a
+ * search ends at an entry closer to its home than the key would be; user
+ * space keeps every key within FD_V6_PROBES of its home. */
 __noinline __u64 fd_v6_probe(const struct fd_conf *c, __u64 mh, __u64 ml, __u32 len)
 {
 	__u32 idx, base, mask;
@@ -677,7 +680,7 @@ __noinline __u64 fd_v6_probe(const struct fd_conf *c, __u64 mh, __u64 ml, __u32 
 		__u32 k = base + ((idx + j) & mask);
 		struct fd_v6_ent *e = bpf_map_lookup_elem(&fd_v6_tab, &k);
 
-		if (!e || !(e->flags & FD_V6_USED))
+		if (!e || !(e->flags & FD_V6_USED) || e->dist < j)
 			return 0;
 		if (e->hi == mh && e->lo == ml && e->len == len)
 			return (__u64)e->flags << 32 | e->val;

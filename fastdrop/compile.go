@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/xdpdrop/xdpdrop/gen"
 )
@@ -122,27 +124,57 @@ func validateRules(rules []Rule, policy, malformed Action) error {
 	if err := (&RuleSet{Policy: policy, Malformed: malformed}).Validate(); err != nil {
 		return err
 	}
-	seen := make(map[slotKey]int32, len(rules))
-	compound := 0
-	for i := range rules {
-		r := &rules[i]
-		if err := r.Validate(); err != nil {
-			return fmt.Errorf("rule %d (%s): %w", i, ruleWhere(*r), err)
-		}
-		if !r.IsPrefixOnly() {
-			compound++
-			if compound > MaxCompoundRules {
-				return fmt.Errorf("rule %d (%s): %w: more than %d", i, ruleWhere(*r), ErrTooManyRules, MaxCompoundRules)
+	// Each rule on its own, spread over the CPUs (a million rules take a
+	// while), while this goroutine looks for repeated prefixes.
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(rules)/50_000))
+	firstBad := make([]int, workers)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*len(rules)/workers, (w+1)*len(rules)/workers
+		firstBad[w] = -1
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				if err := rules[i].Validate(); err != nil {
+					firstBad[w], errs[w] = i, err
+					return
+				}
 			}
-			continue
-		}
-		k := slotKeyOf(r.Src, 0)
-		if j, ok := seen[k]; ok {
-			return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", i, ruleWhere(*r), ErrDuplicatePrefix, r.Src, j, ruleWhere(rules[j]))
-		}
-		seen[k] = int32(i)
+		}()
 	}
-	return nil
+	dup := func() error {
+		seen := make(map[slotKey]int32, len(rules))
+		compound := 0
+		for i := range rules {
+			r := &rules[i]
+			if !r.IsPrefixOnly() {
+				compound++
+				if compound > MaxCompoundRules {
+					return fmt.Errorf("rule %d (%s): %w: more than %d", i, ruleWhere(*r), ErrTooManyRules, MaxCompoundRules)
+				}
+				continue
+			}
+			if !r.Src.IsValid() {
+				continue // Validate says what is wrong
+			}
+			k := slotKeyOf(r.Src, 0)
+			if j, ok := seen[k]; ok {
+				return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", i, ruleWhere(*r), ErrDuplicatePrefix, r.Src, j, ruleWhere(rules[j]))
+			}
+			seen[k] = int32(i)
+		}
+		return nil
+	}()
+	wg.Wait()
+	for w := range workers {
+		if firstBad[w] >= 0 {
+			i := firstBad[w]
+			return fmt.Errorf("rule %d (%s): %w", i, ruleWhere(rules[i]), errs[w])
+		}
+	}
+	return dup
 }
 
 // ---- rule records (struct fd_rule_rec) ----

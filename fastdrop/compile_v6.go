@@ -23,8 +23,11 @@ import (
 // distinct lengths a lookup costs at most ceil(log2(k+1)) probes: 7 for
 // every length from /1 to /128.
 //
-// The hash table uses linear probing at a load factor of at most 1/2 and
-// never lets a key sit more than FD_V6_PROBES slots from its home; if one
+// The hash table uses linear probing with Robin Hood insertion (an entry
+// farther from its home takes the slot of one nearer to its own), at a load
+// factor of at most 3/4: probe sequences stay short and even, and a search
+// for an absent key stops at the first entry nearer its home than the key
+// would be. No key sits more than FD_V6_PROBES slots from its home; if one
 // would, the table is rebuilt with another seed or twice the size.
 type v6Table struct {
 	capacity int // entries per half (a power of two)
@@ -133,8 +136,21 @@ func (t *v6Table) build(prefixes []v6Prefix) error {
 		return cmp.Compare(a.bits, b.bits)
 	})
 
+	// Entries: the prefixes and at most one marker per right turn on each
+	// prefix's path (markers of prefixes with a common start coincide).
+	entries := len(rest)
+	for i := range rest {
+		for node := 1; node < 256 && t.tree[node] != 0 && t.tree[node] != rest[i].bits; {
+			if t.tree[node] < rest[i].bits {
+				entries++
+				node = 2*node + 1
+			} else {
+				node = 2 * node
+			}
+		}
+	}
 	size := 1024
-	for size < 4*len(rest) && size < t.capacity {
+	for 3*size < 4*entries && size < t.capacity {
 		size *= 2
 	}
 	if size > t.capacity {
@@ -297,21 +313,14 @@ func (t *v6Table) upsert(hiBE, loBE uint64, l int, val uint32, flag uint8) error
 	hi, lo := bits.ReverseBytes64(hiBE), bits.ReverseBytes64(loBE)
 	mask := t.size - 1
 	shift := 64 - bits.TrailingZeros(uint(t.size))
-	home := int(v6Hash(hi, lo, uint64(l), t.seed) >> shift)
+	idx := int(v6Hash(hi, lo, uint64(l), t.seed) >> shift)
 	le := binary.LittleEndian
-	for j := range v6Probes {
-		e := t.buf[((home+j)&mask)*v6EntSize:][:v6EntSize]
-		if e[21]&v6FlagUsed == 0 {
-			if 2*(t.entries+1) > t.size {
-				return errV6Full
-			}
-			t.entries++
-			le.PutUint64(e[0:], hi)
-			le.PutUint64(e[8:], lo)
-			le.PutUint32(e[16:], val)
-			e[20] = uint8(l)
-			e[21] = v6FlagUsed | flag
-			return nil
+	// Find it: entries along the run are ordered by distance from home.
+	d := 0
+	for ; d < v6Probes; d++ {
+		e := t.buf[((idx+d)&mask)*v6EntSize:][:v6EntSize]
+		if e[21]&v6FlagUsed == 0 || int(e[22]) < d {
+			break
 		}
 		if le.Uint64(e[0:]) == hi && le.Uint64(e[8:]) == lo && int(e[20]) == l {
 			if flag == v6FlagPrefix {
@@ -319,6 +328,35 @@ func (t *v6Table) upsert(hiBE, loBE uint64, l int, val uint32, flag uint8) error
 			}
 			e[21] |= flag
 			return nil
+		}
+	}
+	if 4*(t.entries+1) > 3*t.size {
+		return errV6Full
+	}
+	// Insert at d, pushing richer entries down the run.
+	var cur [v6EntSize]byte
+	le.PutUint64(cur[0:], hi)
+	le.PutUint64(cur[8:], lo)
+	le.PutUint32(cur[16:], val)
+	cur[20] = uint8(l)
+	cur[21] = v6FlagUsed | flag
+	for ; d < v6Probes; d++ {
+		e := t.buf[((idx+d)&mask)*v6EntSize:][:v6EntSize]
+		cur[22] = uint8(d)
+		if e[21]&v6FlagUsed == 0 {
+			copy(e, cur[:])
+			t.entries++
+			return nil
+		}
+		if int(e[22]) < d {
+			// Swap: the displaced entry continues from its own
+			// distance.
+			var tmp [v6EntSize]byte
+			copy(tmp[:], e)
+			copy(e, cur[:])
+			cur = tmp
+			idx = (idx + d) - int(cur[22]) // its home
+			d = int(cur[22])
 		}
 	}
 	return errV6Full
@@ -361,7 +399,7 @@ func (t *v6Table) probe(hi, lo uint64, l int) (uint32, uint8, bool) {
 	le := binary.LittleEndian
 	for j := range v6Probes {
 		e := t.buf[((home+j)&mask)*v6EntSize:][:v6EntSize]
-		if e[21]&v6FlagUsed == 0 {
+		if e[21]&v6FlagUsed == 0 || int(e[22]) < j {
 			return 0, 0, false
 		}
 		if le.Uint64(e[0:]) == hi && le.Uint64(e[8:]) == lo && int(e[20]) == l {

@@ -731,6 +731,13 @@ func (e *Engine) commitLocked(next []Rule, policy, malformed Action) error {
 		}
 		delete(e.prefixSlot, slotKeyOf(e.rules[i].Src, e.rules[i].Action))
 	}
+	if len(added) > len(e.prefixSlot) { // growing a map costs more than making it big
+		m := make(map[slotKey]uint32, len(e.prefixSlot)+len(added))
+		for k, v := range e.prefixSlot {
+			m[k] = v
+		}
+		e.prefixSlot = m
+	}
 	for _, i := range added {
 		if !next[i].IsPrefixOnly() {
 			continue

@@ -118,7 +118,7 @@ const (
 	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
-	FastdropFdLayoutFD_V6PROBES       FastdropFdLayout = 16
+	FastdropFdLayoutFD_V6PROBES       FastdropFdLayout = 32
 	FastdropFdLayoutFD_V6DEPTH        FastdropFdLayout = 8
 )
 
@@ -204,7 +204,8 @@ type FastdropFdV6Ent struct {
 	Val   uint32
 	Len   uint8
 	Flags uint8
-	Pad   uint16
+	Dist  uint8
+	Pad   uint8
 	Pad2  uint64
 }
 
