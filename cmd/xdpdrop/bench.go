@@ -124,18 +124,19 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 	}
 	command := commandLine(cmd)
 	rep, err := benchmark.Run(cmd.Context(), cases, opts)
-	if rep == nil || (err != nil && len(rep.Results) == 0) {
-		return err
-	}
 	var werr error
-	if f.jsonOut {
-		werr = writeJSON(a.stdout, benchJSON{Command: command, Report: rep})
-	} else {
-		werr = writeBenchMarkdown(a.stdout, command, rep)
+	if rep != nil && len(rep.Results) > 0 {
+		if f.jsonOut {
+			werr = writeJSON(a.stdout, benchJSON{Command: command, Report: rep})
+		} else {
+			werr = writeBenchMarkdown(a.stdout, command, rep)
+		}
 	}
 	switch {
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled) && rep != nil && len(rep.Results) > 0:
 		return errors.New("bench: interrupted; the rows measured so far are printed above, and everything the run made is removed")
+	case errors.Is(err, context.Canceled):
+		return errors.New("bench: interrupted; everything the run made is removed")
 	case err != nil:
 		return err
 	}

@@ -103,15 +103,6 @@ func (a *app) gen(cmd *cobra.Command, f *genFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.count == 0 && f.duration == 0 {
-		// Ctrl-C stops it; the context from main is cancellable.
-		if !f.quietly && !f.jsonOut {
-			fmt.Fprintln(a.stderr, "sending until Ctrl-C (set --count or --duration to stop by itself)")
-		}
-	}
-	if f.batch == 0 || f.batch > 256 {
-		return usagef("--batch %d: want 1 to 256", f.batch)
-	}
 	switch f.engine {
 	case "live":
 	case "xsk":
@@ -120,6 +111,15 @@ func (a *app) gen(cmd *cobra.Command, f *genFlags) error {
 		}
 	default:
 		return usagef("--engine %q: want live or xsk", f.engine)
+	}
+	if f.count == 0 && f.duration == 0 {
+		// Ctrl-C stops it; the context from main is cancellable.
+		if !f.quietly && !f.jsonOut {
+			fmt.Fprintln(a.stderr, "sending until Ctrl-C (set --count or --duration to stop by itself)")
+		}
+	}
+	if f.batch == 0 || f.batch > 256 {
+		return usagef("--batch %d: want 1 to 256", f.batch)
 	}
 	var sum genSummary
 	work := func() error {

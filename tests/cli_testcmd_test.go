@@ -1,0 +1,143 @@
+package tests
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdpdrop/xdpdrop/internal/frames"
+)
+
+// captureFrames is a small capture with one frame per outcome.
+func captureFrames() [][]byte {
+	return [][]byte{
+		frames.UDP4("192.0.2.1", "198.18.0.1", 11211, 11211, 18).Bytes,            // 1: drop udp dport 11211
+		frames.TCP4("203.0.113.9", "198.18.0.1", 40000, 443, 0).Bytes,             // 2: drop src 203.0.113.0/24
+		frames.TCP4("203.0.113.7", "198.18.0.1", 40000, 443, 0).Bytes,             // 3: pass src 203.0.113.7 (longer prefix)
+		frames.UDP6("2001:db8::1", "2001:db8::2", 5353, 53, 18).Bytes,             // 4: default policy
+		frames.UDP4("192.0.2.1", "198.18.0.1", 1, 53, 18).CorruptIPv4IHL(3).Bytes, // 5: malformed
+		make([]byte, 10), // 6: a runt: skipped
+	}
+}
+
+const captureRules = "policy pass\ndrop udp dport 11211\ndrop src 203.0.113.0/24\npass src 203.0.113.7\n"
+
+func writeCapture(t *testing.T, ng bool) string {
+	t.Helper()
+	name := "cap.pcap"
+	if ng {
+		name = "cap.pcapng"
+	}
+	p := filepath.Join(t.TempDir(), name)
+	f, err := os.Create(p)
+	require.NoError(t, err)
+	defer f.Close()
+	ts := time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
+	var write func(gopacket.CaptureInfo, []byte) error
+	if ng {
+		w, err := pcapgo.NewNgWriter(f, layers.LinkTypeEthernet)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, w.Flush()) }()
+		write = w.WritePacket
+	} else {
+		w := pcapgo.NewWriter(f)
+		require.NoError(t, w.WriteFileHeader(65535, layers.LinkTypeEthernet))
+		write = w.WritePacket
+	}
+	for i, b := range captureFrames() {
+		ci := gopacket.CaptureInfo{Timestamp: ts.Add(time.Duration(i) * time.Millisecond), CaptureLength: len(b), Length: len(b)}
+		require.NoError(t, write(ci, b))
+	}
+	return p
+}
+
+// TestCLITestCapture runs a capture through the compiled rule set, in pcap
+// and pcapng, and checks every frame's verdict and rule.
+func TestCLITestCapture(t *testing.T) {
+	rules := writeRules(t, captureRules)
+	for _, ng := range []bool{false, true} {
+		r := cli(t, "test", "--rules", rules, "--pcap", writeCapture(t, ng), "--json")
+		require.Equal(t, 0, r.code, r.stderr)
+		var rep struct {
+			Frames []struct {
+				Index     int    `json:"index"`
+				Length    int    `json:"length"`
+				Verdict   string `json:"verdict"`
+				Class     string `json:"class"`
+				RuleIndex int    `json:"rule_index"`
+				Rule      string `json:"rule"`
+				Line      int    `json:"line"`
+			} `json:"frames"`
+			Summary struct {
+				Frames, Dropped, Passed, Malformed, Default, Skipped int
+				Rules                                                []struct {
+					Index  int    `json:"index"`
+					Rule   string `json:"rule"`
+					Frames int    `json:"frames"`
+				} `json:"rules"`
+			} `json:"summary"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), r.stdout)
+		require.Len(t, rep.Frames, 6)
+		want := []struct{ verdict, class, rule string }{
+			{"drop", "compound", "drop udp dport 11211"},
+			{"drop", "prefix", "drop src 203.0.113.0/24"},
+			{"pass", "prefix", "pass src 203.0.113.7/32"},
+			{"pass", "default", ""},
+			{"pass", "malformed", ""},
+			{"", "skipped", ""},
+		}
+		for i, w := range want {
+			f := rep.Frames[i]
+			require.Equal(t, i+1, f.Index)
+			require.Equal(t, w.verdict, f.Verdict, "frame %d", i+1)
+			require.Equal(t, w.class, f.Class, "frame %d", i+1)
+			require.Equal(t, w.rule, f.Rule, "frame %d", i+1)
+		}
+		require.Equal(t, 2, rep.Frames[0].Line, "the rule's line in the file")
+		require.Equal(t, 6, rep.Summary.Frames)
+		require.Equal(t, 2, rep.Summary.Dropped)
+		require.Equal(t, 3, rep.Summary.Passed)
+		require.Equal(t, 1, rep.Summary.Malformed)
+		require.Equal(t, 1, rep.Summary.Default)
+		require.Equal(t, 1, rep.Summary.Skipped)
+		require.Len(t, rep.Summary.Rules, 3)
+		require.Equal(t, 1, rep.Summary.Rules[0].Frames)
+	}
+
+	// Text output: a line per frame and the summary.
+	r := cli(t, "test", "--rules", rules, "--pcap", writeCapture(t, false))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "#1 drop udp dport 11211")
+	require.Contains(t, r.stdout, "6 frames: 2 dropped, 3 passed (1 malformed, 1 by the default policy pass), 1 skipped")
+}
+
+func TestCLITestBadInput(t *testing.T) {
+	rules := writeRules(t, captureRules)
+	r := cli(t, "test", "--rules", rules, "--pcap", "/nonexistent.pcap")
+	requireOneLineError(t, r, 1, "/nonexistent.pcap")
+	notPcap := writeRules(t, "this is not a capture")
+	r = cli(t, "test", "--rules", rules, "--pcap", notPcap)
+	requireOneLineError(t, r, 1, "not a pcap or pcapng file")
+	bad := writeRules(t, "drop udp dport 99999\n")
+	r = cli(t, "test", "--rules", bad, "--pcap", writeCapture(t, false))
+	requireOneLineError(t, r, 1, "test.rules:1")
+	r = cli(t, "test", "--rules", rules)
+	requireOneLineError(t, r, 2, `required flag(s) "pcap" not set`)
+
+	// A Linux cooked capture (tcpdump -i any) is refused with the fix.
+	p := filepath.Join(t.TempDir(), "sll.pcap")
+	f, err := os.Create(p)
+	require.NoError(t, err)
+	require.NoError(t, pcapgo.NewWriter(f).WriteFileHeader(65535, layers.LinkTypeLinuxSLL))
+	f.Close()
+	r = cli(t, "test", "--rules", rules, "--pcap", p)
+	requireOneLineError(t, r, 1, "want Ethernet")
+}
