@@ -145,7 +145,7 @@ func (s *Socket) dispatch(frames []Frame, verdicts []Verdict, stop *atomic.Bool)
 		}
 	}
 	if all {
-		return s.Release(frames)
+		return s.releaseAll(frames)
 	}
 	rel, tx := s.relBuf[:0], s.txBuf[:0]
 	for i, v := range verdicts {
@@ -166,7 +166,13 @@ func (s *Socket) dispatch(frames []Frame, verdicts []Verdict, stop *atomic.Bool)
 		if err != nil {
 			errs = append(errs, err)
 			if errors.Is(err, ErrInvalidFrame) {
-				sent++ // not ours to release either
+				// tx[sent] was refused. If the application still holds
+				// it (its Data lay outside its frame), it goes back like
+				// the others; if not, it is not ours to give back.
+				if s.holds(tx[sent]) {
+					rel = append(rel, tx[sent])
+				}
+				sent++
 				continue
 			}
 			rel = append(rel, tx[sent:]...)
@@ -185,11 +191,33 @@ func (s *Socket) dispatch(frames []Frame, verdicts []Verdict, stop *atomic.Bool)
 		}
 	}
 	if len(rel) > 0 {
-		if err := s.Release(rel); err != nil {
+		if err := s.releaseAll(rel); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// releaseAll releases the frames of a batch, skipping (and reporting) any
+// that the application no longer holds, so that one frame the handler got
+// wrong does not strand the rest of the batch outside the rings.
+func (s *Socket) releaseAll(frames []Frame) error {
+	var errs []error
+	for len(frames) > 0 {
+		done, err := s.release(frames)
+		if err == nil {
+			break
+		}
+		errs = append(errs, err)
+		frames = frames[done+1:]
+	}
+	return errors.Join(errs...)
+}
+
+// holds reports whether the application holds f as a frame of this socket.
+func (s *Socket) holds(f Frame) bool {
+	fi := (f.addr & addrMask) >> s.shift
+	return uint16(f.addr>>unalignedOffsetShift) == s.id && fi < uint64(len(s.state)) && s.state[fi] == placeHeld
 }
 
 // Wait blocks until the RX ring has frames, timeout passes (a negative

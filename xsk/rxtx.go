@@ -110,6 +110,13 @@ func (s *Socket) Release(frames []Frame) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
+	_, err := s.release(frames)
+	return err
+}
+
+// release is Release, also returning how many frames it gave back: on an
+// error, frames[done] is the one refused.
+func (s *Socket) release(frames []Frame) (done int, err error) {
 	lent := s.lent()
 	room := uint32(0)
 	if lent < s.fillLimit {
@@ -117,8 +124,6 @@ func (s *Socket) Release(frames []Frame) error {
 	}
 	prod := s.fill.prod
 	var k uint32
-	var err error
-	done := 0
 	for i := range frames {
 		fi, e := s.hold(&frames[i])
 		if e != nil {
@@ -142,7 +147,7 @@ func (s *Socket) Release(frames []Frame) error {
 		s.c.fillSubmitted.Add(uint64(k))
 	}
 	s.c.released.Add(uint64(done))
-	return err
+	return done, err
 }
 
 // hold checks that f is held by the application and returns its frame

@@ -964,3 +964,61 @@ func TestStatsFromHandlerDuringClose(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 }
+
+// TestRunHandlerMistakes: a handler that gets a frame wrong (moves its Data
+// out of the UMEM and asks to transmit it, or releases it itself and
+// leaves the verdict Release) makes Run return an error wrapping
+// ErrInvalidFrame, and every frame of the batch still goes back to the
+// socket: afterwards the application holds none, and the books balance.
+func TestRunHandlerMistakes(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	s := e.open(t, xsk.Options{Queue: 0, UMEMOptions: xsk.UMEMOptions{Debug: true}})
+	for _, tc := range []struct {
+		name    string
+		mistake func(fs []xsk.Frame, v []xsk.Verdict) error
+	}{
+		{"transmit data outside the UMEM", func(fs []xsk.Frame, v []xsk.Verdict) error {
+			fs[0].Data = append([]byte(nil), fs[0].Data...) // a copy on the heap
+			v[0], v[2] = xsk.Transmit, xsk.Transmit
+			return nil
+		}},
+		{"release twice", func(fs []xsk.Frame, v []xsk.Verdict) error {
+			return s.Release(fs[1:2]) // and the verdict stays Release
+		}},
+		{"release twice, some transmitted", func(fs []xsk.Frame, v []xsk.Verdict) error {
+			v[0], v[3] = xsk.Transmit, xsk.Transmit
+			return s.Release(fs[1:2])
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 8
+			var batch [][]byte
+			for i := range n {
+				batch = append(batch, e.udp(1, 2, i, 20))
+			}
+			e.send(t, 0, 1, batch...)
+			for deadline := time.Now().Add(5 * time.Second); s.Accounting().RxRing < n; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d frames on the RX ring", s.Accounting().RxRing, n)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := s.Run(ctx, func(fs []xsk.Frame, v []xsk.Verdict) error {
+				if len(fs) != n {
+					return fmt.Errorf("batch of %d frames, want %d", len(fs), n)
+				}
+				return tc.mistake(fs, v)
+			})
+			if !errors.Is(err, xsk.ErrInvalidFrame) {
+				t.Fatalf("Run: %v, want ErrInvalidFrame", err)
+			}
+			if a := s.Accounting(); a.Held != 0 {
+				t.Errorf("after Run the application holds %d frames it never kept: %+v", a.Held, a)
+			}
+			if err := s.CheckFrames(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
