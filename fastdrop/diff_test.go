@@ -212,6 +212,7 @@ func diffCheck(r *runner, m *Model, frame []byte) (string, error) {
 // short) frames through the kernel program and the Go model, which must
 // agree on verdict, deciding stage and rule for every frame.
 func TestDifferential(t *testing.T) {
+	t.Parallel()
 	n := *diffFrames
 	if n == 0 {
 		n = 200_000
@@ -320,6 +321,7 @@ func FuzzDifferential(f *testing.F) {
 // change the IPv4 table in place, entry by entry) must leave the kernel
 // agreeing with a model of the resulting rule set.
 func TestIncrementalDifferential(t *testing.T) {
+	t.Parallel()
 	e := newTestEngine(t, testOptions)
 	g := newDiffGen(*diffSeed + 1)
 	rs := g.ruleSet(8, 60)
@@ -397,6 +399,7 @@ func (m memStore) WriteAt(p []byte, off int64) (int, error) { return copy(m[off:
 // and removes, each its own change (flushed and committed), and compares
 // every lookup with a brute-force longest match.
 func TestV4TableOps(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(*diffSeed, 2))
 	const pool = 64
 	tab, err := newV4Table(pool, 1<<12, make(memStore, pool*1024))

@@ -59,6 +59,7 @@ var atomicLegit = [2][4]bool{{true, false, true, false}, {false, true, true, fal
 // program runs in native mode, and checks that every frame was judged by
 // one whole set.
 func TestAtomicReplaceUnderTraffic(t *testing.T) {
+	t.Parallel()
 	veth := testenv.NewVeth(t, testenv.VethOptions{})
 	e := newTestEngine(t, testOptions)
 	sets := [2]*RuleSet{kParse(t, atomicSetA), kParse(t, atomicSetB)}
