@@ -93,7 +93,7 @@ func TestLossCauses(t *testing.T) {
 	for _, c := range []benchmark.Cause{
 		benchmark.LossVethRingFull, benchmark.LossPassed, benchmark.LossToStack, benchmark.LossRxRingFull,
 		benchmark.LossRxDropped, benchmark.LossAppTxDropped, benchmark.LossTxInvalid, benchmark.LossVethTxDropped,
-		benchmark.LossNotSentBack,
+		benchmark.LossNotSentBack, benchmark.LossLeftOnRing,
 	} {
 		require.NotEqual(t, string(c), c.Describe(), "%s needs a description", c)
 	}

@@ -42,6 +42,8 @@ type counts struct {
 	// Frames the program under test let through: fast drop's pass
 	// verdicts, the redirect program's frames for the stack.
 	passed uint64
+	// Frames the redirect program handed to the socket.
+	redirected uint64
 	// XDP_STATISTICS of the socket.
 	rxRingFull, rxDropped, txInvalid uint64
 	// Frames the socket sent (completions), and the frames its loop gave
@@ -61,6 +63,7 @@ func (c counts) sub(o counts) counts {
 		xmitFull:      c.xmitFull - o.xmitFull,
 		hook:          c.hook - o.hook,
 		passed:        c.passed - o.passed,
+		redirected:    c.redirected - o.redirected,
 		rxRingFull:    c.rxRingFull - o.rxRingFull,
 		rxDropped:     c.rxDropped - o.rxDropped,
 		txInvalid:     c.txInvalid - o.txInvalid,
@@ -323,6 +326,7 @@ func (r *caseRun) setupRx() error {
 			}
 		}
 		c.passed += q.Passed.Packets + q.Dropped.Packets + q.Aborted.Packets
+		c.redirected = q.Redirected.Packets
 		st, err := s.Stats()
 		if err != nil {
 			return err
@@ -500,24 +504,35 @@ func (r *caseRun) stop() error {
 	return errors.Join(errs...)
 }
 
-// settle waits until the counters stop moving (at most a second).
+// settle waits until the counters stop moving and the socket has read
+// what its RX ring holds (at most two seconds: a loaded machine may leave
+// the application off its CPU for a while).
 func (r *caseRun) settle() error {
 	prev, err := r.snapshot()
 	if err != nil {
 		return err
 	}
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 		cur, err := r.snapshot()
 		if err != nil {
 			return err
 		}
-		if d := cur.sub(prev); d == (counts{at: cur.at}) {
+		if d := cur.sub(prev); d == (counts{at: cur.at}) && cur.onRing() == 0 {
 			return nil
 		}
 		prev = cur
 	}
 	return nil
+}
+
+// onRing is how many frames the redirect program handed to the socket
+// that it has not read (nor the kernel dropped): they wait on the RX ring.
+func (c counts) onRing() uint64 {
+	if done := c.hook + c.rxRingFull + c.rxDropped; c.redirected > done {
+		return c.redirected - done
+	}
+	return 0
 }
 
 // snapshot reads every counter of the case.
@@ -575,6 +590,7 @@ func (r *caseRun) account(res *Result, d counts) {
 		lose(LossToStack, d.passed)
 		lose(LossRxRingFull, d.rxRingFull)
 		lose(LossRxDropped, d.rxDropped)
+		lose(LossLeftOnRing, d.onRing())
 	}
 	switch r.c.Kind {
 	case L2Fwd:

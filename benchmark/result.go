@@ -104,6 +104,9 @@ const (
 	// another reason, chiefly an empty fill ring (XDP_STATISTICS
 	// rx_dropped).
 	LossRxDropped Cause = "rx_dropped"
+	// LossLeftOnRing: the frame was still on the socket's RX ring when
+	// the application stopped.
+	LossLeftOnRing Cause = "left_on_rx_ring"
 	// LossAppTxDropped: the application gave up on a frame because the TX
 	// ring stayed full.
 	LossAppTxDropped Cause = "app_tx_dropped"
@@ -130,6 +133,8 @@ func (c Cause) Describe() string {
 		return "AF_XDP rx ring full (XDP_STATISTICS rx_ring_full)"
 	case LossRxDropped:
 		return "AF_XDP rx_dropped: no fill ring entry (XDP_STATISTICS)"
+	case LossLeftOnRing:
+		return "left on the AF_XDP rx ring when the application stopped"
 	case LossAppTxDropped:
 		return "TX ring full, dropped by the application"
 	case LossTxInvalid:
