@@ -241,6 +241,10 @@ func benchFrame4(src netip.Addr) []byte {
 	return frame64(frames.Spec{Src: src, Dst: netip.MustParseAddr("203.0.113.200"), Proto: frames.ProtoUDP, SrcPort: 40000, DstPort: 4444}.Build())
 }
 
+func benchTCP443(src netip.Addr) []byte {
+	return frame64(frames.Spec{Src: src, Dst: netip.MustParseAddr("203.0.113.200"), Proto: frames.ProtoTCP, SrcPort: 40000, DstPort: 443}.Build())
+}
+
 func benchFrame6(src netip.Addr) []byte {
 	return frame64(frames.Spec{Src: src, Dst: netip.MustParseAddr("2001:db8::1"), Proto: frames.ProtoUDP, SrcPort: 40000, DstPort: 4444}.Build())
 }
@@ -260,11 +264,9 @@ func benchEngine(b *testing.B, rs *RuleSet) *Engine {
 
 func BenchmarkFastdrop(b *testing.B) {
 	bare := loadBare(b)
-	in10 := netip.MustParseAddr("10.1.2.3")
 	v4s10k, hit10k := v4Mix(10_000, 1)
 	v4s1m, hit1m := v4Mix(1_000_000, 2)
 	v6s1m, hit6 := v6Mix(1_000_000, 3)
-	_ = in10
 	cases := []struct {
 		name     string
 		compound int
@@ -282,6 +284,12 @@ func BenchmarkFastdrop(b *testing.B) {
 		{"compound=64", 64, nil, benchFrame4(hit10k)},
 		{"compound=256", 256, nil, benchFrame4(hit10k)},
 		{"compound=64+prefixes=10k", 64, v4s10k, benchFrame4(hit10k)},
+		// The same, with a frame that only the protocol and port tables
+		// look at before the rule set is empty (TCP to port 443).
+		{"compound=1/typical", 1, nil, benchTCP443(hit10k)},
+		{"compound=64/typical", 64, nil, benchTCP443(hit10k)},
+		{"compound=256/typical", 256, nil, benchTCP443(hit10k)},
+		{"compound=64+prefixes=10k/typical", 64, v4s10k, benchTCP443(hit10k)},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
