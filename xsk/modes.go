@@ -74,7 +74,8 @@ func SwapMACs(b []byte) {
 // that only descriptors move, as in xdpsock's txonly. The loop never
 // sleeps (it is a traffic generator): it reaps completions and kicks the
 // kernel between batches. It returns nil when ctx is done, the socket is
-// closed, or opts.Frames frames have completed.
+// closed, or opts.Frames frames have completed; with opts.Frames set it
+// queues no more than that many.
 func TxOnly(ctx context.Context, s *Socket, frame []byte, opts ModeOptions) error {
 	if len(frame) == 0 || uint64(len(frame)) > s.frameSize-s.headroom {
 		return fmt.Errorf("xsk: txonly frame of %d bytes: %w (1 to %d)", len(frame), ErrInvalidOptions, s.frameSize-s.headroom)
@@ -91,6 +92,7 @@ func TxOnly(ctx context.Context, s *Socket, frame []byte, opts ModeOptions) erro
 	buf := make([]Frame, s.batch)
 	pending := buf[:0] // allocated frames the TX ring had no room for
 	start := s.c.completed.Load()
+	var queued uint64 // frames this call put on the TX ring
 	for !stop.Load() && !s.closing.Load() {
 		if _, err := s.Complete(); err != nil {
 			return err
@@ -99,7 +101,13 @@ func TxOnly(ctx context.Context, s *Socket, frame []byte, opts ModeOptions) erro
 			break
 		}
 		if len(pending) == 0 {
-			n := s.Alloc(buf)
+			want := len(buf)
+			if opts.Frames > 0 {
+				// The last batch is cut short: Frames is a count of
+				// frames, not of batches.
+				want = int(min(uint64(want), opts.Frames-queued))
+			}
+			n := s.Alloc(buf[:want])
 			for i := range buf[:n] {
 				f := &buf[i]
 				if fi := f.Addr() >> s.shift; !written[fi] {
@@ -114,6 +122,7 @@ func TxOnly(ctx context.Context, s *Socket, frame []byte, opts ModeOptions) erro
 			continue // everything is in flight: wait for completions
 		}
 		k, err := s.Transmit(pending)
+		queued += uint64(k)
 		if err != nil {
 			return errors.Join(err, s.Release(pending[k:]))
 		}

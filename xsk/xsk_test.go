@@ -1134,3 +1134,39 @@ func TestL2FwdByteForByte(t *testing.T) {
 		})
 	}
 }
+
+// TestTxOnlyCount: TxOnly with ModeOptions.Frames sends that many frames,
+// not a batch more, and each reaches the peer; the CLI's gen --count and
+// its paced mode rely on it.
+func TestTxOnlyCount(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	fd := e.capture(t)
+	s := e.open(t, xsk.Options{Queue: 0})
+	frame := e.udp(1, 2, 3, 20)
+	xsk.SwapMACs(frame) // from the host end to the peer
+	for _, n := range []uint64{1, 10, 100, 1000} {
+		before, err := s.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = xsk.TxOnly(ctx, s, frame, xsk.ModeOptions{Frames: n})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := s.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q, c := after.TxFrames-before.TxFrames, after.Completed-before.Completed; q != n || c != n {
+			t.Errorf("TxOnly of %d frames queued %d and completed %d", n, q, c)
+		}
+		if got := e.captured(t, fd, int(n), 5*time.Second); uint64(len(got)) != n {
+			t.Errorf("TxOnly of %d frames: %d reached the peer", n, len(got))
+		}
+	}
+	if err := s.CheckFrames(); err != nil {
+		t.Error(err)
+	}
+}
