@@ -119,6 +119,15 @@ func TxOnly(ctx context.Context, s *Socket, frame []byte, opts ModeOptions) erro
 			pending = buf[:n]
 		}
 		if len(pending) == 0 {
+			if s.txInFlight == 0 && (opts.Frames == 0 || queued < opts.Frames) {
+				// Nothing free and nothing coming back: the frames are
+				// lent for receiving (which TxOnly never takes back) or
+				// held by the caller. Waiting would only spin.
+				lent := s.lent()
+				return fmt.Errorf("xsk: txonly on ifindex %d queue %d: %w: none of the socket's %d frames is free "+
+					"(%d lent for receiving, %d held by the application): open the socket with Options.Frames above FillSize, "+
+					"or Release held frames", s.ifindex, s.queue, ErrInvalidOptions, s.owned, lent, uint64(s.owned)-lent)
+			}
 			continue // everything is in flight: wait for completions
 		}
 		k, err := s.Transmit(pending)

@@ -1170,3 +1170,21 @@ func TestTxOnlyCount(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestTxOnlyNoFrames: a socket whose frames are all lent for receiving
+// (Options.Frames no more than FillSize) has nothing to send with; TxOnly
+// says so instead of spinning until its context ends.
+func TestTxOnlyNoFrames(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	s := e.open(t, xsk.Options{Queue: 0, FillSize: 64, Frames: 64})
+	frame := e.udp(1, 2, 3, 20)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := xsk.TxOnly(ctx, s, frame, xsk.ModeOptions{Frames: 10})
+	if !errors.Is(err, xsk.ErrInvalidOptions) || !strings.Contains(err.Error(), "Frames") {
+		t.Errorf("TxOnly without free frames: %v, want ErrInvalidOptions naming Options.Frames", err)
+	}
+	if err := s.CheckFrames(); err != nil {
+		t.Error(err)
+	}
+}
