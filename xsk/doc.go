@@ -55,8 +55,8 @@
 // Transmit, Complete, Wait, Run, Accounting and CheckFrames never overlap
 // on one socket, and a Run handler runs on the goroutine that called Run,
 // so it may use them. Stats and the accessors may be called from any
-// goroutine, and so may Close, which stops a Run in progress and waits for
-// it. Sockets are independent, also when they share a UMEM; a frame may
+// goroutine, and so may Close (but not from a Run handler), which stops a
+// Run in progress and waits for it. Sockets are independent, also when they share a UMEM; a frame may
 // move between two sockets (received on one, sent on the other) only when
 // one goroutine drives both. UMEM and Redirect methods are safe for
 // concurrent use.

@@ -29,7 +29,9 @@ const (
 // per frame, all Release when the handler is called; the handler sets the
 // ones it wants otherwise. The frames and the slices are valid only until
 // the handler returns (except frames marked Keep). A non-nil error stops
-// Run, which returns it after acting on the verdicts.
+// Run, which returns it after acting on the verdicts. To stop Run from the
+// handler, return an error (or cancel Run's context): the handler must not
+// call Close, which waits for Run to return and so would wait forever.
 type Handler func(frames []Frame, verdicts []Verdict) error
 
 // txRetries bounds how often Run retries a full TX ring before it drops the

@@ -135,9 +135,9 @@ type Options struct {
 // Concurrency: a Socket is driven by one goroutine at a time. Receive,
 // Release, Alloc, Transmit, Complete, Wait, Run, Accounting and CheckFrames
 // must not overlap. Stats, Fd, Queue, ZeroCopy and NeedWakeup may be called
-// from any goroutine at any time. Close may be called from any goroutine:
-// it stops a Run in progress and waits for it to return; it must not
-// overlap the other calls made directly. Several sockets may be driven by
+// from any goroutine at any time. Close may be called from any goroutine
+// but a Run handler's: it stops a Run in progress and waits for it to
+// return; it must not overlap the other calls made directly. Several sockets may be driven by
 // several goroutines, also when they share a UMEM; a frame may move
 // between sockets (received on one, released or transmitted on another)
 // only when both are driven by the same goroutine.

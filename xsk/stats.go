@@ -4,10 +4,19 @@ import "fmt"
 
 // KernelStats are the kernel's counters for a socket (XDP_STATISTICS).
 type KernelStats struct {
-	RxDropped            uint64 // frames dropped for other reasons than below
+	// RxDropped counts frames dropped before they reached the RX ring:
+	// in copy mode mostly because the fill ring was empty (see
+	// RxFillRingEmptyDescs), else because a frame was larger than a UMEM
+	// frame. The kernel takes a fill ring entry before it looks at the RX
+	// ring, and with the default sizes (FillSize == RxSize, at most
+	// FillSize frames lent) the fill ring runs empty exactly when the RX
+	// ring is full: a consumer that is too slow shows here, not in
+	// RxRingFull. RxRingFull moves only when more frames are lent than
+	// the RX ring holds (RxSize < FillSize).
+	RxDropped            uint64
 	RxInvalidDescs       uint64 // fill ring entries the kernel rejected
 	TxInvalidDescs       uint64 // TX descriptors the kernel rejected
-	RxRingFull           uint64 // frames dropped because the RX ring was full: the consumer was too slow
+	RxRingFull           uint64 // frames dropped because the RX ring was full: the consumer was too slow (see RxDropped)
 	RxFillRingEmptyDescs uint64 // times the kernel found the fill ring empty
 	TxRingEmptyDescs     uint64 // times the kernel found the TX ring empty when woken
 	// Fields is how many counters the kernel filled in: 6, or 3 on
