@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -84,7 +85,6 @@ type UMEM struct {
 	inPool  []bool   // by frame index: the frame is in pool
 	sockets []*Socket
 	byID    map[uint16]*Socket
-	nextID  uint16
 	closed  bool
 
 	// Settings of the socket that registered the UMEM with the kernel;
@@ -223,12 +223,20 @@ func (u *UMEM) placeError(addr uint64, want uint8) error {
 	return fmt.Errorf("%w: frame %d (address %#x) is not %s", ErrInvalidFrame, i, addr, placeNames[want])
 }
 
+// socketIDs hands out socket ids, which tag the frames a socket hands out
+// (Frame.addr) so that Release and Transmit can tell whose frame it is.
+// They come from one counter for the whole process, not one per UMEM:
+// per UMEM, every socket with a private UMEM would be 1, and a frame of one
+// would pass for the frame at the same offset of another. (Ids repeat only
+// after 65535 Opens, and never within one UMEM.)
+var socketIDs atomic.Uint32
+
 // addSocket registers s and gives it an id; u.mu must be held.
 func (u *UMEM) addSocket(s *Socket) error {
 	for range 1 << 16 {
-		u.nextID++
-		if _, used := u.byID[u.nextID]; !used && u.nextID != 0 {
-			s.id = u.nextID
+		id := uint16(socketIDs.Add(1))
+		if _, used := u.byID[id]; !used && id != 0 {
+			s.id = id
 			u.byID[s.id] = s
 			u.sockets = append(u.sockets, s)
 			return nil

@@ -1188,3 +1188,39 @@ func TestTxOnlyNoFrames(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestFrameFromAnotherUMEM: a frame of one socket's private UMEM handed to
+// another socket (with a UMEM of its own) is refused, even where the other
+// socket holds a frame at the same offset of its own UMEM, which stays held.
+func TestFrameFromAnotherUMEM(t *testing.T) {
+	e := newEnv(t, 2, xsk.RedirectOptions{})
+	s0 := e.open(t, xsk.Options{Queue: 0})
+	s1 := e.open(t, xsk.Options{Queue: 1})
+	f0, f1 := make([]xsk.Frame, 1), make([]xsk.Frame, 1)
+	if s0.Alloc(f0) != 1 || s1.Alloc(f1) != 1 {
+		t.Fatal("Alloc found no free frame")
+	}
+	if f0[0].Addr() != f1[0].Addr() {
+		t.Fatalf("the two fresh sockets handed out frames at %#x and %#x: the test needs the same offset", f0[0].Addr(), f1[0].Addr())
+	}
+	if err := s1.Release(f0); !errors.Is(err, xsk.ErrInvalidFrame) {
+		t.Errorf("Release on socket 1 of a frame of socket 0's UMEM: %v, want ErrInvalidFrame", err)
+	}
+	if _, err := s1.Transmit(f0); !errors.Is(err, xsk.ErrInvalidFrame) {
+		t.Errorf("Transmit on socket 1 of a frame of socket 0's UMEM: %v, want ErrInvalidFrame", err)
+	}
+	if a := s1.Accounting(); a.Held != 1 {
+		t.Errorf("socket 1 holds %d frames, want 1 (its own)", a.Held)
+	}
+	if err := s1.Release(f1); err != nil {
+		t.Errorf("Release of socket 1's own frame: %v", err)
+	}
+	if err := s0.Release(f0); err != nil {
+		t.Errorf("Release of socket 0's frame on socket 0: %v", err)
+	}
+	for _, s := range []*xsk.Socket{s0, s1} {
+		if err := s.CheckFrames(); err != nil {
+			t.Error(err)
+		}
+	}
+}
