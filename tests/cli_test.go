@@ -50,7 +50,12 @@ type cliResult struct {
 // cli runs the built binary and returns its output and exit code.
 func cli(t *testing.T, args ...string) cliResult {
 	t.Helper()
-	cmd := exec.Command(xdpdropBin, args...)
+	return runCLI(t, exec.Command(xdpdropBin, args...))
+}
+
+// runCLI runs a prepared command of the built binary.
+func runCLI(t *testing.T, cmd *exec.Cmd) cliResult {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -137,17 +142,7 @@ func cliAs(t *testing.T, uid uint32, args ...string) cliResult {
 	t.Helper()
 	cmd := exec.Command(xdpdropBin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return cliResult{out.String(), errb.String(), code}
+	return runCLI(t, cmd)
 }
 
 func TestCLICompletion(t *testing.T) {

@@ -43,11 +43,13 @@ func parseRuleArgs(args []string) ([]fastdrop.Rule, error) {
 	return out, nil
 }
 
-func (a *app) rulesAddCmd() *cobra.Command {
+// ruleChangeCmd makes `rules add` and `rules del`: parse the arguments as
+// rules, open the interface's engine, apply change, say what was done.
+func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engine, ...fastdrop.Rule) error) *cobra.Command {
 	var iface string
 	cmd := &cobra.Command{
-		Use:   "add --iface IF RULE...",
-		Short: "Add rules (compound rules go last, so they have the lowest priority)",
+		Use:   use,
+		Short: short,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rules, err := parseRuleArgs(args)
@@ -60,10 +62,10 @@ func (a *app) rulesAddCmd() *cobra.Command {
 			}
 			defer att.Close()
 			defer eng.Close()
-			if err := eng.Add(rules...); err != nil {
-				return fmt.Errorf("add rules on %s: %w", iface, err)
+			if err := change(eng, rules...); err != nil {
+				return fmt.Errorf("%s on %s: %w (see the rules with 'xdpdrop rules list --iface %s')", cmd.Name(), iface, err, iface)
 			}
-			fmt.Fprintf(a.stdout, "added %d rule(s) on %s\n", len(rules), iface)
+			fmt.Fprintf(a.stdout, "%s %d rule(s) on %s\n", done, len(rules), iface)
 			return nil
 		},
 	}
@@ -72,33 +74,13 @@ func (a *app) rulesAddCmd() *cobra.Command {
 	return cmd
 }
 
+func (a *app) rulesAddCmd() *cobra.Command {
+	return a.ruleChangeCmd("add --iface IF RULE...", "Add rules (compound rules go last, so they have the lowest priority)",
+		"added", (*fastdrop.Engine).Add)
+}
+
 func (a *app) rulesDelCmd() *cobra.Command {
-	var iface string
-	cmd := &cobra.Command{
-		Use:   "del --iface IF RULE...",
-		Short: "Delete rules, given by their text",
-		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			rules, err := parseRuleArgs(args)
-			if err != nil {
-				return err
-			}
-			att, eng, err := needDrop(iface)
-			if err != nil {
-				return err
-			}
-			defer att.Close()
-			defer eng.Close()
-			if err := eng.Delete(rules...); err != nil {
-				return fmt.Errorf("delete rules on %s: %w (see them with 'xdpdrop rules list --iface %s')", iface, err, iface)
-			}
-			fmt.Fprintf(a.stdout, "deleted %d rule(s) on %s\n", len(rules), iface)
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&iface, "iface", "", "interface (required)")
-	_ = cmd.MarkFlagRequired("iface")
-	return cmd
+	return a.ruleChangeCmd("del --iface IF RULE...", "Delete rules, given by their text", "deleted", (*fastdrop.Engine).Delete)
 }
 
 func (a *app) rulesReplaceCmd() *cobra.Command {
