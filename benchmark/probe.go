@@ -54,6 +54,9 @@ type counts struct {
 	linkTxDropped uint64
 	// Frames counted at the other end (l2fwd).
 	arrived uint64
+	// System calls the socket made: wake-ups for the fill ring (or busy
+	// polling), TX kicks, poll().
+	syscalls uint64
 }
 
 func (c counts) sub(o counts) counts {
@@ -71,6 +74,7 @@ func (c counts) sub(o counts) counts {
 		appTxDropped:  c.appTxDropped - o.appTxDropped,
 		linkTxDropped: c.linkTxDropped - o.linkTxDropped,
 		arrived:       c.arrived - o.arrived,
+		syscalls:      c.syscalls - o.syscalls,
 	}
 }
 
@@ -334,6 +338,7 @@ func (r *caseRun) setupRx() error {
 		c.hook = st.RxFrames
 		c.rxRingFull, c.rxDropped, c.txInvalid = st.Kernel.RxRingFull, st.Kernel.RxDropped, st.Kernel.TxInvalidDescs
 		c.completed, c.appTxDropped = st.Completed, st.TxDropped
+		c.syscalls = st.RxWakeups + st.TxKicks + st.Polls
 		if arrived != nil {
 			if c.arrived, err = arrived(); err != nil {
 				return err
@@ -394,6 +399,7 @@ func (r *caseRun) setupTx() error {
 			return err
 		}
 		c.completed, c.txInvalid = st.Completed, st.Kernel.TxInvalidDescs
+		c.syscalls = st.RxWakeups + st.TxKicks + st.Polls
 		c.linkTxDropped, err = r.env.txDropped(true)
 		return err
 	}
@@ -579,6 +585,16 @@ func (r *caseRun) account(res *Result, d counts) {
 	}
 	sent, known := r.offeredIn(d)
 	res.Sent, res.Received = sent, d.hook
+	if r.c.Kind.IsAFXDP() {
+		// Per frame the socket handled: received, or sent (txonly).
+		n := d.hook
+		if r.c.Kind == TxOnly {
+			n = d.completed
+		}
+		if n > 0 {
+			res.SyscallsPerFrame = float64(d.syscalls) / float64(n)
+		}
+	}
 	out := d.hook
 	if r.c.Kind != TxOnly {
 		lose(LossVethRingFull, d.xmitFull)

@@ -14,6 +14,9 @@ type Report struct {
 	// LoadAvg is the 1-minute load average when the run started: other
 	// work on the machine takes CPU time from the figures.
 	LoadAvg float64 `json:"load_avg_1m"`
+	// LoadAvgEnd is the same when the run ended (it includes the run's
+	// own generator and application, about 1 to 2).
+	LoadAvgEnd float64 `json:"load_avg_1m_end"`
 	// Notes say what a reader needs to know to read the figures, such
 	// as CPUs shared by the generator and the receiver.
 	Notes   []string `json:"notes"`
@@ -67,6 +70,10 @@ type Result struct {
 	// when the counters were read, or (negative) frames the ends sent by
 	// themselves. It stays within a few frames.
 	Unaccounted int64 `json:"unaccounted"`
+	// SyscallsPerFrame is how many system calls the AF_XDP socket made
+	// per frame it received (per frame sent for txonly): what
+	// need_wakeup and busy polling change.
+	SyscallsPerFrame float64 `json:"syscalls_per_frame,omitempty"`
 
 	// Note says something the figures alone do not, such as "limited by
 	// the generator".
@@ -132,7 +139,7 @@ func (c Cause) Describe() string {
 	case LossRxRingFull:
 		return "AF_XDP rx ring full (XDP_STATISTICS rx_ring_full)"
 	case LossRxDropped:
-		return "AF_XDP rx_dropped: no fill ring entry (XDP_STATISTICS)"
+		return "AF_XDP rx_dropped: no free frame on the fill ring, the application fell behind (XDP_STATISTICS)"
 	case LossLeftOnRing:
 		return "left on the AF_XDP rx ring when the application stopped"
 	case LossAppTxDropped:

@@ -200,6 +200,7 @@ func Run(ctx context.Context, cases []Case, opts Options) (*Report, error) {
 		opts.progress(Event{Index: i, Total: len(cases), Case: c, Stage: "done", Result: &r})
 	}
 	rep.Seconds = time.Since(start).Seconds()
+	rep.LoadAvgEnd = loadAvg()
 	return rep, ctx.Err()
 }
 
@@ -312,7 +313,10 @@ func runCase(ctx context.Context, idx, total int, c Case, opts Options) (res Res
 	res.OfferedMpps = Summarize(offered)
 	r.account(&res, last.sub(first))
 	if res.OfferedMpps.Median > 0 && res.Mpps.Median >= 0.98*res.OfferedMpps.Median {
-		res.Note = "limited by the offered load: it kept up with everything sent"
+		res.Note = "kept up with the sender, which set the rate"
+		if r.env.veth && c.Kind != TxOnly {
+			res.Note += " (on veth the receive work runs in the sender's context: both share its CPU)"
+		}
 	}
 	return res, nil
 }

@@ -279,13 +279,16 @@ func progressPrinter(w io.Writer) func(benchmark.Event) {
 			fmt.Fprintf(w, " %.2f", e.Mpps)
 		case "done":
 			r := e.Result
+			took := ""
 			if started.IsZero() {
 				fmt.Fprintf(w, "[%2d/%d] %-52s (measured above)", e.Index+1, e.Total, e.Case.Name())
+			} else {
+				took = fmt.Sprintf(" (%.1fs)", time.Since(started).Seconds())
 			}
 			if r.Error != "" {
 				fmt.Fprintf(w, " failed: %s\n", r.Error)
 			} else {
-				fmt.Fprintf(w, "  -> %.2f Mpps (%.1fs)\n", r.Mpps.Median, time.Since(started).Seconds())
+				fmt.Fprintf(w, "  -> %.2f Mpps%s\n", r.Mpps.Median, took)
 			}
 			started = time.Time{}
 		}
@@ -296,8 +299,8 @@ func progressPrinter(w io.Writer) func(benchmark.Event) {
 // how and where it was measured, then one table per plan table.
 func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) error {
 	s := rep.Settings
-	fmt.Fprintf(w, "Measured with `%s` on %s, %s, %s UTC, load average %.2f at the start; %.0fs in all.\n\n",
-		command, rep.Machine, rep.Machine.GoVersion, rep.Started.Format("2006-01-02 15:04"), rep.LoadAvg, rep.Seconds)
+	fmt.Fprintf(w, "Measured with `%s` on %s, %s, %s UTC; %.0fs in all; load average %.2f at the start, %.2f at the end.\n\n",
+		command, rep.Machine, rep.Machine.GoVersion, rep.Started.Format("2006-01-02 15:04"), rep.Seconds, rep.LoadAvg, rep.LoadAvgEnd)
 	where := "a fresh veth pair per row (one end in its own network namespace)"
 	if s.Interfaces != "sandbox" {
 		where = "the interfaces " + s.Interfaces
@@ -312,6 +315,7 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Columns: **Mpps** what the row measures (frames dropped; received by the socket for rxdrop; arrived at the other end for "+
 		"txonly and l2fwd); **offered** the rate offered to it (the generator's frames into the receiving ring; the socket's sends for txonly); "+
+		"**syscalls/frame** the AF_XDP socket's system calls per frame (what need_wakeup and busy polling change); "+
 		"**sent / received** every frame from the start of the traffic to its end, warm-up included (l2fwd: received → sent back and arrived); "+
 		"**lost** where the others went.")
 
@@ -325,13 +329,26 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 	}
 	for _, t := range order {
 		rows := byTable[t]
+		afxdp := false
+		for _, r := range rows {
+			afxdp = afxdp || r.Kind.IsAFXDP()
+		}
 		fmt.Fprintf(w, "\n### %s\n\n", tableTitle(t, rows))
-		fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | sent | received | lost |")
-		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|")
+		if afxdp {
+			fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | syscalls/frame | sent | received | lost |")
+			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|---|")
+		} else {
+			fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | sent | received | lost |")
+			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|")
+		}
 		for _, r := range rows {
 			label := rowLabel(r)
 			if r.Error != "" {
-				fmt.Fprintf(w, "| %s | — | | | | | failed: %s |\n", label, mdEscape(r.Error))
+				gap := "| | | | |"
+				if afxdp {
+					gap = "| | | | | |"
+				}
+				fmt.Fprintf(w, "| %s | — %s failed: %s |\n", label, gap, mdEscape(r.Error))
 				continue
 			}
 			offered := "—"
@@ -346,8 +363,15 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 			if r.Kind == benchmark.L2Fwd {
 				recv += " → " + count(r.Forwarded)
 			}
-			fmt.Fprintf(w, "| %s | **%.2f** | %.2f–%.2f (%.0f%%) | %s | %s | %s | %s |\n",
-				label, r.Mpps.Median, r.Mpps.Min, r.Mpps.Max, r.Mpps.SpreadPct, offered, sent, recv, lossText(r))
+			sys := ""
+			if afxdp {
+				sys = " — |"
+				if r.Kind.IsAFXDP() {
+					sys = fmt.Sprintf(" %.3f |", r.SyscallsPerFrame)
+				}
+			}
+			fmt.Fprintf(w, "| %s | **%.2f** | %.2f–%.2f (%.0f%%) | %s |%s %s | %s | %s |\n",
+				label, r.Mpps.Median, r.Mpps.Min, r.Mpps.Max, r.Mpps.SpreadPct, offered, sys, sent, recv, lossText(r))
 		}
 	}
 	_, err := fmt.Fprintln(w)
