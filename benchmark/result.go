@@ -72,8 +72,8 @@ type Result struct {
 	Unaccounted int64 `json:"unaccounted"`
 	// SyscallsPerFrame is how many system calls the AF_XDP socket made
 	// per frame it received (per frame sent for txonly): what
-	// need_wakeup and busy polling change.
-	SyscallsPerFrame float64 `json:"syscalls_per_frame,omitempty"`
+	// need_wakeup and busy polling change. 0 for the drop kinds.
+	SyscallsPerFrame float64 `json:"syscalls_per_frame"`
 
 	// Note says something the figures alone do not, such as "limited by
 	// the generator".
