@@ -510,3 +510,22 @@ func BenchmarkVethRate(b *testing.B) {
 	b.ReportMetric(median(bareTx), "bare-sent-Mpps")
 	b.ReportMetric(median(fdTx), "fastdrop-sent-Mpps")
 }
+
+// BenchmarkChangeOneRule measures Add and Delete of one prefix rule in an
+// engine holding 1M IPv4 prefix rules.
+func BenchmarkChangeOneRule(b *testing.B) {
+	ps, _ := v4Mix(1_000_000, 2)
+	rs := &RuleSet{Rules: PrefixRules(ActionDrop, ps)}
+	e := benchEngine(b, rs)
+	r := Rule{Action: ActionDrop, Src: netip.MustParsePrefix("240.1.2.0/24")}
+	b.ResetTimer()
+	for range b.N {
+		if err := e.Add(r); err != nil {
+			b.Fatal(err)
+		}
+		if err := e.Delete(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(2*b.N), "ms/change")
+}

@@ -329,6 +329,11 @@ type classifier struct {
 	// With at most 64 rules, the same as one-word bitmaps (fd_cls_bm64):
 	// by value for ether, proto and ports, by class for addresses.
 	b64 [numField][]uint64
+	// vals of the rules, in order (fd_conf.crule).
+	vals []uint32
+	// rebuilt: compiled for the change being made (else kept from the
+	// last one).
+	rebuilt bool
 }
 
 func (c *classifier) tab(fld, size int) []uint16 {

@@ -50,6 +50,7 @@ type v4Table struct {
 	byLenValid bool
 	built      []v4Prefix
 	count      int
+	totalCost  int // sum of the prefixes' cost
 
 	dirty24  []uint64 // a bit per page (v4Page entries) of tbl24
 	allDirty bool
@@ -146,6 +147,10 @@ func (t *v4Table) build(prefixes []v4Prefix) error {
 	}
 	clear(t.depth)
 	t.count = len(prefixes)
+	t.totalCost = 0
+	for _, p := range prefixes {
+		t.totalCost += p.cost()
+	}
 	t.allDirty = true
 	t.built, t.byLenValid = prefixes, false
 
@@ -305,6 +310,7 @@ func (t *v4Table) insert(p v4Prefix) error {
 	t.byLen[l][p.addr] = p.val
 	t.depth[valSlot(p.val)] = uint8(d)
 	t.count++
+	t.totalCost += p.cost()
 	return nil
 }
 
@@ -316,6 +322,7 @@ func (t *v4Table) remove(p v4Prefix) error {
 	delete(t.byLen[l], p.addr)
 	t.depth[valSlot(p.val)] = 0
 	t.count--
+	t.totalCost -= p.cost()
 	var parent uint32
 	for pl := l - 1; pl >= 0; pl-- {
 		if v, ok := t.byLen[pl][p.addr&maskV4(pl)]; ok {
@@ -485,6 +492,10 @@ func (t *v4Table) reload(half24 io.ReaderAt, prefixes []v4Prefix) error {
 		t.depth[valSlot(p.val)] = p.bits + 1
 	}
 	t.count = len(prefixes)
+	t.totalCost = 0
+	for _, p := range prefixes {
+		t.totalCost += p.cost()
+	}
 	t.built, t.byLenValid = prefixes, false
 	clear(t.dirty24)
 	t.allDirty = false

@@ -143,6 +143,8 @@ type Engine struct {
 	textSlot   map[string]uint32 // compound rules, by compoundKeys
 	free       []uint32          // free slots below nextSlot
 	nextSlot   uint32
+	ncompound  int
+	maxOrder   uint32 // the largest order a record holds
 
 	v4      *v4Table
 	v6      *v6Table
@@ -313,6 +315,7 @@ func (e *Engine) resetState() error {
 	e.textSlot = make(map[string]uint32)
 	e.free = nil
 	e.nextSlot = firstRule
+	e.ncompound, e.maxOrder = 0, 0
 	if err := e.closeTables(); err != nil {
 		return err
 	}
@@ -388,17 +391,27 @@ func (e *Engine) RuleSet() (*RuleSet, error) {
 // Apply replaces the whole rule set, atomically: every frame is judged by
 // the old set or by rs. Rules that stay (same text) keep their counters.
 func (e *Engine) Apply(rs *RuleSet) error {
-	return e.change(func() ([]Rule, Action, Action, error) {
-		return rs.Rules, rs.EffectivePolicy(), rs.EffectiveMalformed(), nil
+	return e.change(func() (*plan, error) {
+		return e.planApply(rs.Rules, rs.EffectivePolicy(), rs.EffectiveMalformed()), nil
 	})
 }
 
 // Add appends rules to the rule set: compound rules after the existing
 // ones (so they have the lowest priority), prefix rules into the prefix
-// tables. All are added at once, atomically.
+// tables. All are added at once, atomically. Adding a few rules to a big
+// set costs about what the few rules cost, not the set.
 func (e *Engine) Add(rules ...Rule) error {
-	return e.change(func() ([]Rule, Action, Action, error) {
-		return append(slices.Clone(e.rules), rules...), e.policy, e.malformed, nil
+	return e.change(func() (*plan, error) {
+		// Appending leaves e.rules and e.slots as they are (they are
+		// shorter), so there is no copy to make.
+		p := &plan{rules: e.rules, slots: e.slots, policy: e.policy, malformed: e.malformed, addOrder: make(map[int]uint32)}
+		for _, r := range rules {
+			p.added = append(p.added, len(p.rules))
+			p.addOrder[len(p.rules)] = e.maxOrder + uint32(len(p.added))
+			p.rules = append(p.rules, r)
+			p.slots = append(p.slots, 0)
+		}
+		return p, nil
 	})
 }
 
@@ -406,16 +419,28 @@ func (e *Engine) Add(rules ...Rule) error {
 // same text (Line does not matter), at once. It wraps ErrRuleNotFound if
 // one is missing, and then changes nothing.
 func (e *Engine) Delete(rules ...Rule) error {
-	return e.change(func() ([]Rule, Action, Action, error) {
-		next := slices.Clone(e.rules)
+	return e.change(func() (*plan, error) {
+		gone := make(map[int]bool)
 		for _, r := range rules {
-			i := indexOf(next, r)
+			i := indexOf(e.rules, r, gone)
 			if i < 0 {
-				return nil, 0, 0, fmt.Errorf("%w: %s", ErrRuleNotFound, r)
+				return nil, fmt.Errorf("%w: %s", ErrRuleNotFound, r)
 			}
-			next = slices.Delete(next, i, i+1)
+			gone[i] = true
 		}
-		return next, e.policy, e.malformed, nil
+		p := &plan{policy: e.policy, malformed: e.malformed}
+		n := len(e.rules) - len(gone)
+		room := n + max(16, n/4) // so that the next Adds need no copy
+		p.rules, p.slots = make([]Rule, 0, room), make([]uint32, 0, room)
+		for i := range e.rules {
+			if gone[i] {
+				p.removed = append(p.removed, i)
+				continue
+			}
+			p.rules = append(p.rules, e.rules[i])
+			p.slots = append(p.slots, e.slots[i])
+		}
+		return p, nil
 	})
 }
 
@@ -423,21 +448,89 @@ func (e *Engine) Delete(rules ...Rule) error {
 // a compound rule keeps its priority. The new rule's counters start at
 // zero unless it has the same text.
 func (e *Engine) Replace(old, new Rule) error {
-	return e.change(func() ([]Rule, Action, Action, error) {
-		next := slices.Clone(e.rules)
-		i := indexOf(next, old)
+	return e.change(func() (*plan, error) {
+		i := indexOf(e.rules, old, nil)
 		if i < 0 {
-			return nil, 0, 0, fmt.Errorf("%w: %s", ErrRuleNotFound, old)
+			return nil, fmt.Errorf("%w: %s", ErrRuleNotFound, old)
 		}
-		next[i] = new
-		return next, e.policy, e.malformed, nil
+		p := &plan{rules: slices.Clone(e.rules), slots: slices.Clone(e.slots), policy: e.policy, malformed: e.malformed}
+		p.rules[i] = new
+		if sameRule(&old, &new) {
+			return p, nil // only Line differs
+		}
+		p.slots[i] = 0
+		p.added = append(p.added, i)
+		p.addOrder = map[int]uint32{i: e.orderOf[e.slots[i]]}
+		p.removed = append(p.removed, i)
+		return p, nil
 	})
 }
 
-func indexOf(rules []Rule, r Rule) int {
+// sameRule reports whether a and b are the same rule but for Line.
+func sameRule(a, b *Rule) bool {
+	if a.IsPrefixOnly() || b.IsPrefixOnly() {
+		return a.IsPrefixOnly() && b.IsPrefixOnly() && a.Src == b.Src && a.Action == b.Action
+	}
+	return a.String() == b.String()
+}
+
+// plan is a change to the rule set: the new rules in order, with their
+// counter slots (0 for rules to add), what is added (indices into rules)
+// and removed (indices into the rules in force).
+type plan struct {
+	rules             []Rule
+	slots             []uint32
+	added, removed    []int
+	policy, malformed Action
+	// whole: a new set (Apply): check every rule; orders are positions.
+	whole bool
+	// addOrder: the orders of added rules (not whole).
+	addOrder map[int]uint32
+}
+
+// order is the order of rule i of the plan's rules, if added or whole.
+func (p *plan) order(i int) uint32 {
+	if p.whole {
+		return uint32(i)
+	}
+	return p.addOrder[i]
+}
+
+// planApply matches the rules of a whole new set with those in force:
+// a rule with the same key keeps its slot.
+func (e *Engine) planApply(rules []Rule, policy, malformed Action) *plan {
+	p := &plan{rules: rules, slots: make([]uint32, len(rules)), policy: policy, malformed: malformed, whole: true}
+	ck := compoundKeys(rules)
+	kept := make([]bool, e.nslots)
+	for i := range rules {
+		var s uint32
+		var ok bool
+		if k, compound := ck[i]; compound {
+			s, ok = e.textSlot[k]
+		} else if rules[i].Src.IsValid() {
+			s, ok = e.prefixSlot[slotKeyOf(rules[i].Src, rules[i].Action)]
+		}
+		if ok && !kept[s] {
+			p.slots[i] = s
+			kept[s] = true
+		} else {
+			p.added = append(p.added, i)
+		}
+	}
+	for i, s := range e.slots {
+		if !kept[s] {
+			p.removed = append(p.removed, i)
+		}
+	}
+	return p
+}
+
+// indexOf returns the first rule of rules that is r (but for Line) and
+// not in skip, or -1.
+func indexOf(rules []Rule, r Rule, skip map[int]bool) int {
 	if r.IsPrefixOnly() {
 		for i := range rules {
-			if rules[i].IsPrefixOnly() && rules[i].Src == r.Src && rules[i].Action == r.Action {
+			if rules[i].IsPrefixOnly() && rules[i].Src == r.Src && rules[i].Action == r.Action && !skip[i] {
 				return i
 			}
 		}
@@ -445,7 +538,7 @@ func indexOf(rules []Rule, r Rule) int {
 	}
 	s := r.String()
 	for i := range rules {
-		if !rules[i].IsPrefixOnly() && rules[i].String() == s {
+		if !rules[i].IsPrefixOnly() && !skip[i] && rules[i].String() == s {
 			return i
 		}
 	}
@@ -453,7 +546,7 @@ func indexOf(rules []Rule, r Rule) int {
 }
 
 // change runs one update under the locks.
-func (e *Engine) change(next func() ([]Rule, Action, Action, error)) error {
+func (e *Engine) change(make func() (*plan, error)) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.lockDir != nil {
@@ -465,14 +558,80 @@ func (e *Engine) change(next func() ([]Rule, Action, Action, error)) error {
 	if err := e.refreshLocked(); err != nil {
 		return err
 	}
-	rules, policy, malformed, err := next()
+	p, err := make()
 	if err != nil {
 		return fmt.Errorf("fastdrop: %w", err)
 	}
-	if err := validateRules(rules, policy, malformed); err != nil {
+	if err := e.check(p); err != nil {
 		return fmt.Errorf("fastdrop: %w", err)
 	}
-	return e.commitLocked(rules, policy, malformed)
+	return e.commitLocked(p)
+}
+
+// check validates a plan: a whole set like RuleSet.Validate, a change by
+// its added rules against the rest.
+func (e *Engine) check(p *plan) error {
+	if p.whole {
+		if err := validateRules(p.rules, p.policy, p.malformed); err != nil {
+			return err
+		}
+	} else {
+		gone := make(map[slotKey]bool)
+		for _, i := range p.removed {
+			if r := &e.rules[i]; r.IsPrefixOnly() {
+				gone[slotKeyOf(r.Src, 0)] = true
+			}
+		}
+		seen := make(map[slotKey]int)
+		compound := e.ncompound
+		for _, i := range p.removed {
+			if !e.rules[i].IsPrefixOnly() {
+				compound--
+			}
+		}
+		for _, i := range p.added {
+			r := &p.rules[i]
+			if err := r.Validate(); err != nil {
+				return fmt.Errorf("rule %s: %w", ruleWhere(*r), err)
+			}
+			if !r.IsPrefixOnly() {
+				if compound++; compound > MaxCompoundRules {
+					return fmt.Errorf("rule %s: %w: more than %d", ruleWhere(*r), ErrTooManyRules, MaxCompoundRules)
+				}
+				continue
+			}
+			k := slotKeyOf(r.Src, 0)
+			_, dup := seen[k]
+			for a := ActionDrop; a <= ActionRedirect && !dup && !gone[k]; a++ {
+				_, dup = e.prefixSlot[slotKeyOf(r.Src, a)]
+			}
+			if dup {
+				return fmt.Errorf("rule %s: %w: %s has a rule already", ruleWhere(*r), ErrDuplicatePrefix, r.Src)
+			}
+			seen[k] = i
+		}
+	}
+	for _, a := range []Action{p.policy, p.malformed} {
+		if a != ActionDrop && a != ActionPass {
+			return fmt.Errorf("policy %s: %w", a, ErrUnsupportedAction)
+		}
+	}
+	check := p.added
+	if p.whole {
+		check = nil
+		for i := range p.rules {
+			check = append(check, i)
+		}
+	}
+	for _, i := range check {
+		if a := p.rules[i].Action; a != ActionDrop && a != ActionPass {
+			return fmt.Errorf("rule %s: %w", p.rules[i].String(), ErrUnsupportedAction)
+		}
+	}
+	if maxRules := (e.nslots - int(firstRule)) / 2; len(p.rules) > maxRules {
+		return fmt.Errorf("%d rules: %w (raise Options.MaxRules, now %d)", len(p.rules), ErrCapacity, maxRules)
+	}
+	return nil
 }
 
 // refreshLocked reloads the rule set if another process changed it.
@@ -569,6 +728,7 @@ func (e *Engine) loadLocked() error {
 		e.rules = append(e.rules, r.rule)
 		e.slots = append(e.slots, r.slot)
 		e.orderOf[r.slot] = r.order
+		e.maxOrder = max(e.maxOrder, r.order)
 	}
 	ck := compoundKeys(e.rules)
 	for i := range e.rules {
@@ -625,10 +785,12 @@ func (e *Engine) compileAll() error {
 	var v4 []v4Prefix
 	var v6 []v6Prefix
 	var compound []*Rule
+	var vals []uint32
 	for i := range e.rules {
 		r := &e.rules[i]
 		if !r.IsPrefixOnly() {
 			compound = append(compound, r)
+			vals = append(vals, mkVal(r.Action, e.slots[i]))
 			continue
 		}
 		val := mkVal(r.Action, e.slots[i])
@@ -650,109 +812,70 @@ func (e *Engine) compileAll() error {
 	if err != nil {
 		return err
 	}
+	cls.vals = vals
 	e.cls = cls
+	e.ncompound = len(vals)
 	return nil
 }
 
-// commitLocked makes next the rule set in force: compile, write the
+// commitLocked makes the plan the rule set in force: compile, write the
 // inactive half, flip, wait, write the other half.
-func (e *Engine) commitLocked(next []Rule, policy, malformed Action) error {
-	for _, a := range []Action{policy, malformed} {
-		if a != ActionDrop && a != ActionPass {
-			return fmt.Errorf("fastdrop: policy %s: %w", a, ErrUnsupportedAction)
-		}
-	}
-	for i := range next {
-		if a := next[i].Action; a != ActionDrop && a != ActionPass {
-			return fmt.Errorf("fastdrop: rule %s: %w", next[i].String(), ErrUnsupportedAction)
-		}
-	}
-	if maxRules := (e.nslots - int(firstRule)) / 2; len(next) > maxRules {
-		return fmt.Errorf("fastdrop: %d rules: %w (raise Options.MaxRules, now %d)", len(next), ErrCapacity, maxRules)
-	}
-	ck := compoundKeys(next)
-
-	// Counter slots: kept rules keep theirs.
-	slots := make([]uint32, len(next))
-	kept := make([]bool, e.nslots)
-	var added []int
-	for i := range next {
-		var s uint32
-		var ok bool
-		if k, compound := ck[i]; compound {
-			s, ok = e.textSlot[k]
-		} else {
-			s, ok = e.prefixSlot[slotKeyOf(next[i].Src, next[i].Action)]
-		}
-		if ok {
-			slots[i] = s
-			kept[s] = true
-		} else {
-			added = append(added, i)
-		}
-	}
-	var removed []int // indices into e.rules
-	for i, s := range e.slots {
-		if !kept[s] {
-			removed = append(removed, i)
-		}
-	}
-	free := e.free
+func (e *Engine) commitLocked(p *plan) error {
+	free := slices.Clone(e.free)
 	nextSlot := e.nextSlot
-	for _, i := range added {
+	for _, i := range p.added {
 		if n := len(free); n > 0 {
-			slots[i] = free[n-1]
+			p.slots[i] = free[n-1]
 			free = free[:n-1]
 		} else if int(nextSlot) < e.nslots {
-			slots[i] = nextSlot
+			p.slots[i] = nextSlot
 			nextSlot++
 		} else {
-			return fmt.Errorf("fastdrop: %d rules: no free counter slot: %w (raise Options.MaxRules)", len(next), ErrCapacity)
+			return fmt.Errorf("fastdrop: %d rules: no free counter slot: %w (raise Options.MaxRules)", len(p.rules), ErrCapacity)
 		}
 	}
 	old := struct {
-		rules     []Rule
-		slots     []uint32
-		policy    Action
-		malformed Action
-	}{e.rules, e.slots, e.policy, e.malformed}
-	if err := e.compileChange(next, slots, added, removed); err != nil {
+		rules []Rule
+		slots []uint32
+	}{e.rules, e.slots}
+	if err := e.compileChange(p); err != nil {
 		// The mirrors may be half changed: make them what the kernel
 		// holds, which nothing has touched.
-		e.rules, e.slots = old.rules, old.slots
 		if rerr := e.compileAll(); rerr != nil {
 			return errors.Join(fmt.Errorf("fastdrop: %w", err), fmt.Errorf("fastdrop: rebuild tables: %w", rerr))
 		}
 		return fmt.Errorf("fastdrop: %w", err)
 	}
-	for _, i := range removed {
-		if !e.rules[i].IsPrefixOnly() {
-			continue
+	for _, i := range p.removed {
+		if r := &e.rules[i]; r.IsPrefixOnly() {
+			delete(e.prefixSlot, slotKeyOf(r.Src, r.Action))
 		}
-		delete(e.prefixSlot, slotKeyOf(e.rules[i].Src, e.rules[i].Action))
 	}
-	if len(added) > len(e.prefixSlot) { // growing a map costs more than making it big
-		m := make(map[slotKey]uint32, len(e.prefixSlot)+len(added))
+	if len(p.added) > len(e.prefixSlot) { // growing a map costs more than making it big
+		m := make(map[slotKey]uint32, len(e.prefixSlot)+len(p.added))
 		for k, v := range e.prefixSlot {
 			m[k] = v
 		}
 		e.prefixSlot = m
 	}
-	for _, i := range added {
-		if !next[i].IsPrefixOnly() {
-			continue
+	for _, i := range p.added {
+		if r := &p.rules[i]; r.IsPrefixOnly() {
+			e.prefixSlot[slotKeyOf(r.Src, r.Action)] = p.slots[i]
 		}
-		e.prefixSlot[slotKeyOf(next[i].Src, next[i].Action)] = slots[i]
 	}
-	e.textSlot = make(map[string]uint32, len(ck))
-	for i, k := range ck {
-		e.textSlot[k] = slots[i]
+	if e.cls.rebuilt {
+		ck := compoundKeys(p.rules)
+		e.textSlot = make(map[string]uint32, len(ck))
+		for i, k := range ck {
+			e.textSlot[k] = p.slots[i]
+		}
 	}
-	e.rules, e.slots = next, slots
-	e.policy, e.malformed = policy, malformed
+	e.rules, e.slots = p.rules, p.slots
+	e.policy, e.malformed = p.policy, p.malformed
 	e.free, e.nextSlot = free, nextSlot
+	e.ncompound = len(e.cls.vals)
 
-	if err := e.publishLocked(added, removed, old.rules, old.slots); err != nil {
+	if err := e.publishLocked(p, old.rules, old.slots); err != nil {
 		// Start again from what the kernel holds (the old set or the new
 		// one, whichever got to be active).
 		if rerr := e.loadLocked(); rerr != nil {
@@ -763,71 +886,63 @@ func (e *Engine) commitLocked(next []Rule, policy, malformed Action) error {
 	return nil
 }
 
-// compileChange updates the mirrors from the old rule set to next:
-// incrementally for a few IPv4 prefixes, whole otherwise.
-func (e *Engine) compileChange(next []Rule, slots []uint32, added, removed []int) error {
+// compileChange updates the mirrors from the rule set in force to the
+// plan's: the IPv4 table entry by entry unless that costs more than a new
+// one, the IPv6 table and the compound rules whole if they change.
+func (e *Engine) compileChange(p *plan) error {
 	var v4add, v4del []v4Prefix
-	v6changed := false
-	for _, i := range added {
-		r := &next[i]
-		if r.IsPrefixOnly() {
-			if r.Src.Addr().Is4() {
-				v4add = append(v4add, v4PrefixOf(r.Src, mkVal(r.Action, slots[i])))
-			} else {
-				v6changed = true
-			}
+	v6changed, compoundChanged := e.fullWrite, e.fullWrite
+	for _, i := range p.added {
+		r := &p.rules[i]
+		switch {
+		case !r.IsPrefixOnly():
+			compoundChanged = true
+		case r.Src.Addr().Is4():
+			v4add = append(v4add, v4PrefixOf(r.Src, mkVal(r.Action, p.slots[i])))
+		default:
+			v6changed = true
 		}
 	}
-	for _, i := range removed {
+	for _, i := range p.removed {
 		r := &e.rules[i]
-		if r.IsPrefixOnly() {
-			if r.Src.Addr().Is4() {
-				v4del = append(v4del, v4PrefixOf(r.Src, mkVal(r.Action, e.slots[i])))
-			} else {
-				v6changed = true
-			}
-		}
-	}
-	var v4all []v4Prefix
-	var v6all []v6Prefix
-	var compound []*Rule
-	fullCost := tbl24Entries // clearing and writing the whole table
-	for i := range next {
-		r := &next[i]
-		if !r.IsPrefixOnly() {
-			compound = append(compound, r)
-			continue
-		}
-		val := mkVal(r.Action, slots[i])
-		if r.Src.Addr().Is4() {
-			p := v4PrefixOf(r.Src, val)
-			v4all = append(v4all, p)
-			fullCost += p.cost()
-		} else if v6changed || e.fullWrite {
-			v6all = append(v6all, v6PrefixOf(r.Src, val))
+		switch {
+		case !r.IsPrefixOnly():
+			compoundChanged = true
+		case r.Src.Addr().Is4():
+			v4del = append(v4del, v4PrefixOf(r.Src, mkVal(r.Action, e.slots[i])))
+		default:
+			v6changed = true
 		}
 	}
 	// Changing entries in place costs more per entry than filling a fresh
 	// table, but most changes touch a few entries of a big table.
-	incrCost := 0
-	for _, p := range v4add {
-		incrCost += 2 * p.cost()
+	incrCost, fullCost := 0, tbl24Entries+e.v4.totalCost
+	for _, q := range v4add {
+		incrCost += 2 * q.cost()
+		fullCost += q.cost()
 	}
-	for _, p := range v4del {
-		incrCost += 2 * p.cost()
+	for _, q := range v4del {
+		incrCost += 2 * q.cost()
+		fullCost -= q.cost()
 	}
 	if incrCost > fullCost {
-		if err := e.v4.build(v4all); err != nil {
+		var all []v4Prefix
+		for i := range p.rules {
+			if r := &p.rules[i]; r.IsPrefixOnly() && r.Src.Addr().Is4() {
+				all = append(all, v4PrefixOf(r.Src, mkVal(r.Action, p.slots[i])))
+			}
+		}
+		if err := e.v4.build(all); err != nil {
 			return err
 		}
 	} else {
-		for _, p := range v4del {
-			if err := e.v4.remove(p); err != nil {
+		for _, q := range v4del {
+			if err := e.v4.remove(q); err != nil {
 				return err
 			}
 		}
-		for _, p := range v4add {
-			if err := e.v4.insert(p); err != nil {
+		for _, q := range v4add {
+			if err := e.v4.insert(q); err != nil {
 				return err
 			}
 		}
@@ -838,25 +953,46 @@ func (e *Engine) compileChange(next []Rule, slots []uint32, added, removed []int
 	if n := e.v4.liveGroups(); n > e.groups/2 {
 		return fmt.Errorf("IPv4 prefixes longer than /24 in %d different /24s: %w (raise Options.IPv4Blocks, now %d)", n, ErrCapacity, e.groups/2)
 	}
-	if v6changed || e.fullWrite {
-		if err := e.v6.build(v6all); err != nil {
+	if v6changed {
+		var all []v6Prefix
+		for i := range p.rules {
+			if r := &p.rules[i]; r.IsPrefixOnly() && !r.Src.Addr().Is4() {
+				all = append(all, v6PrefixOf(r.Src, mkVal(r.Action, p.slots[i])))
+			}
+		}
+		if err := e.v6.build(all); err != nil {
 			return err
 		}
 		e.v6dirty = true
 	}
-	cls, err := compileCompound(compound)
-	if err != nil {
-		return err
+	if compoundChanged || p.whole {
+		var compound []*Rule
+		var vals []uint32
+		for i := range p.rules {
+			if r := &p.rules[i]; !r.IsPrefixOnly() {
+				compound = append(compound, r)
+				vals = append(vals, mkVal(r.Action, p.slots[i]))
+			}
+		}
+		cls, err := compileCompound(compound)
+		if err != nil {
+			return err
+		}
+		cls.vals = vals
+		cls.rebuilt = true
+		e.cls = cls
+	} else {
+		e.cls.rebuilt = false
 	}
-	e.cls = cls
 	return nil
 }
 
 // publishLocked writes the compiled change to the inactive half, flips,
 // waits for the programs still using the old half, and writes the change
-// to that half too. added are indices into e.rules (the new set), removed
-// into oldRules.
-func (e *Engine) publishLocked(added, removed []int, oldRules []Rule, oldSlots []uint32) error {
+// to that half too. The plan's rules are e.rules by now; its removed
+// indices are into oldRules.
+func (e *Engine) publishLocked(p *plan, oldRules []Rule, oldSlots []uint32) error {
+	added, removed := p.added, p.removed
 	inactive, prev := e.active^1, e.active
 	generation := e.generation
 	// in_sync 0 until both halves are written: a later Open then knows
@@ -864,26 +1000,29 @@ func (e *Engine) publishLocked(added, removed []int, oldRules []Rule, oldSlots [
 	if err := e.writeState(gen.FastdropFdState{Active: prev, Generation: generation}); err != nil {
 		return err
 	}
-	isAdded := make([]bool, len(e.rules))
-	for _, i := range added {
-		isAdded[i] = true
-	}
 	// The records say which generation each rule came and went with; the
 	// flip makes them true. Slots of removed rules, and so their counters,
 	// are kept until the change is over.
 	next := uint32(generation + 1)
 	var recs []recWrite
-	for _, i := range added {
-		e.orderOf[e.slots[i]] = uint32(i)
-		recs = append(recs, recWrite{e.slots[i], &e.rules[i], uint32(i), next, 0})
-	}
 	for _, i := range removed {
 		recs = append(recs, recWrite{oldSlots[i], &oldRules[i], e.orderOf[oldSlots[i]], e.addedGen(oldSlots[i]), next})
 	}
-	for i, s := range e.slots {
-		if !isAdded[i] && e.orderOf[s] != uint32(i) {
-			e.orderOf[s] = uint32(i)
-			recs = append(recs, recWrite{s, &e.rules[i], uint32(i), e.addedGen(s), 0})
+	for _, i := range added {
+		e.orderOf[e.slots[i]] = p.order(i)
+		e.maxOrder = max(e.maxOrder, p.order(i))
+		recs = append(recs, recWrite{e.slots[i], &e.rules[i], p.order(i), next, 0})
+	}
+	if p.whole { // rules kept in a new set may have moved
+		isAdded := make([]bool, len(e.rules))
+		for _, i := range added {
+			isAdded[i] = true
+		}
+		for i, s := range e.slots {
+			if !isAdded[i] && e.orderOf[s] != uint32(i) {
+				e.orderOf[s] = uint32(i)
+				recs = append(recs, recWrite{s, &e.rules[i], uint32(i), e.addedGen(s), 0})
+			}
 		}
 	}
 	if err := e.writeRecords(recs); err != nil {
@@ -998,8 +1137,10 @@ func (e *Engine) writeHalf(h uint32) error {
 			return fmt.Errorf("write IPv6 prefix table: %w", err)
 		}
 	}
-	if err := e.writeClassifier(h); err != nil {
-		return err
+	if e.cls.rebuilt || e.fullWrite {
+		if err := e.writeClassifier(h); err != nil {
+			return err
+		}
 	}
 	conf := e.confFor(h)
 	if err := e.maps[gen.FastdropMapFdConfs].Put(h, &conf); err != nil {
@@ -1063,13 +1204,7 @@ func (e *Engine) confFor(h uint32) gen.FastdropFdConf {
 	for k := range numKinds {
 		c.Kind[k] = gen.FastdropFdBm{W: e.cls.kind[k]}
 	}
-	n := 0
-	for i := range e.rules {
-		if !e.rules[i].IsPrefixOnly() {
-			c.Crule[n] = mkVal(e.rules[i].Action, e.slots[i])
-			n++
-		}
-	}
-	c.Ncompound = uint32(n)
+	copy(c.Crule[:], e.cls.vals)
+	c.Ncompound = uint32(len(e.cls.vals))
 	return c
 }
