@@ -28,25 +28,33 @@ var (
 
 // Options size the engine's tables, which are fixed when the program is
 // loaded. The zero value suits rule sets of up to 65,536 rules; use
-// CapacityFor to size the tables for a rule set, with room to grow.
+// CapacityFor to size the tables for a rule set, with room to grow. Every
+// limit holds for a whole rule set being replaced by another whole set
+// (Apply), which needs room for both at once.
 //
-// Kernel memory, with n possible CPUs (both halves of every table):
+// Kernel memory, with n possible CPUs:
 //   - IPv4 prefixes: 128 MiB, fixed (DIR-24-8's tbl24, 64 MiB per half),
-//     plus 2 KiB per IPv4Blocks;
-//   - IPv6 prefixes: 64 bytes per IPv6Entries;
-//   - rules: (64 + 16n) bytes per MaxRules;
-//   - compound rules: 10.5 MiB, fixed.
+//     plus 2 KiB per IPv4Blocks (the tbl8 pool both halves share);
+//   - IPv6 prefixes: 64 bytes per IPv6Entries (32 per half);
+//   - rules: 2 × (64 + 16n) bytes per MaxRules (a record and per-CPU
+//     counters per rule, for the old and the new set);
+//   - compound rules: 13.5 MiB, fixed.
+//
+// For example 1,000,000 IPv4 prefixes of which 200,000 are longer than /24
+// (IPv4Blocks 200,000) take 128 + 400 MiB; 1,000,000 IPv6 prefixes
+// (IPv6Entries 2,097,152) 128 MiB; 2,000,000 rules on 2 CPUs 384 MiB.
 type Options struct {
-	// MaxRules is how many rules (prefix and compound) the engine can hold.
-	// Default 65,536.
+	// MaxRules is how many rules (prefix and compound) a rule set may
+	// have. Default 65,536.
 	MaxRules int
 	// IPv4Blocks is how many /24 blocks may hold IPv4 prefixes longer
 	// than /24 (each needs a 256-entry tbl8 group). A blocklist of n
 	// random /32s needs about n. Default 4,096.
 	IPv4Blocks int
-	// IPv6Entries is the size of the IPv6 prefix hash table per half,
-	// rounded up to a power of two. IPv6 prefixes and their markers (about
-	// one per prefix) may fill half of it. Default 131,072.
+	// IPv6Entries is the size of the IPv6 prefix hash table (per half),
+	// rounded up to a power of two. IPv6 prefixes and their markers (at
+	// most one per prefix per level of the search, usually far fewer) may
+	// fill three quarters of it. Default 131,072.
 	IPv6Entries int
 
 	// trace makes the program prepend a struct fd_trace_rec to each frame
@@ -77,7 +85,7 @@ func CapacityFor(rs *RuleSet, grow float64) Options {
 	o := Options{
 		MaxRules:    int(float64(n)*grow) + 1024,
 		IPv4Blocks:  int(float64(len(blocks))*grow) + 256,
-		IPv6Entries: int(float64(4*v6)*grow) + 1024,
+		IPv6Entries: int(1.8*float64(v6)*grow) + 1024, // prefixes and markers at a load of 3/4
 	}
 	return o.withDefaults()
 }
