@@ -472,3 +472,39 @@ func TestV4TableOps(t *testing.T) {
 		t.Errorf("%d groups in use, for %d /24s with longer prefixes", n, len(long))
 	}
 }
+
+// TestPrefixIndex checks the open-addressing index against a Go map under
+// random puts and deletes (deletes move entries back within runs).
+func TestPrefixIndex(t *testing.T) {
+	rng := rand.New(rand.NewPCG(*diffSeed, 3))
+	x := newPrefixIndex(4)
+	want := map[slotKey]uint32{}
+	key := func() slotKey {
+		// Few distinct keys, so puts overwrite and deletes hit.
+		return slotKey{hi: uint64(rng.IntN(300)), lo: uint64(rng.IntN(2)), bits: uint8(rng.IntN(3)), action: Action(1 + rng.IntN(2))}
+	}
+	for op := range 20000 {
+		k := key()
+		if rng.IntN(3) == 0 {
+			x.del(k)
+			delete(want, k)
+		} else {
+			v := uint32(1 + rng.IntN(1000))
+			x.put(k, v)
+			want[k] = v
+		}
+		if x.n != len(want) {
+			t.Fatalf("op %d: %d entries, want %d", op, x.n, len(want))
+		}
+		k = key()
+		got, ok := x.get(k)
+		if w, wok := want[k]; got != w || ok != wok {
+			t.Fatalf("op %d: get %+v = %d %v, want %d %v", op, k, got, ok, w, wok)
+		}
+	}
+	for k, w := range want {
+		if got, ok := x.get(k); !ok || got != w {
+			t.Fatalf("get %+v = %d %v, want %d", k, got, ok, w)
+		}
+	}
+}

@@ -141,13 +141,15 @@ type Engine struct {
 	ncpu, nslots, groups, v6cap int
 
 	// The rule set in force, with each rule's key and counter slot.
-	rules      []Rule
-	slots      []uint32
-	orderOf    []uint32 // by slot: the order its record holds
-	genOf      []uint32 // by slot: the generation its rule came with
-	policy     Action
-	malformed  Action
-	prefixSlot map[slotKey]uint32
+	rules     []Rule
+	slots     []uint32
+	orderOf   []uint32 // by slot: the order its record holds
+	genOf     []uint32 // by slot: the generation its rule came with
+	policy    Action
+	malformed Action
+	// prefixSlot finds a prefix rule's slot by key; nil until needed
+	// after a whole load (a load does not need it), see prefixIndex.
+	prefixSlot *prefixIndex
 	textSlot   map[string]uint32 // compound rules, by compoundKeys
 	free       []uint32          // free slots below nextSlot
 	nextSlot   uint32
@@ -319,7 +321,7 @@ func (e *Engine) resetState() error {
 	e.orderOf = make([]uint32, e.nslots)
 	e.genOf = make([]uint32, e.nslots)
 	e.policy, e.malformed = ActionPass, ActionPass
-	e.prefixSlot = make(map[slotKey]uint32)
+	e.prefixSlot = nil
 	e.textSlot = make(map[string]uint32)
 	e.free = nil
 	e.nextSlot = firstRule
@@ -516,7 +518,7 @@ func (e *Engine) planApply(rules []Rule, policy, malformed Action) *plan {
 		if k, compound := ck[i]; compound {
 			s, ok = e.textSlot[k]
 		} else if rules[i].Src.IsValid() {
-			s, ok = e.prefixSlot[slotKeyOf(rules[i].Src, rules[i].Action)]
+			s, ok = e.prefixIndex().get(slotKeyOf(rules[i].Src, rules[i].Action))
 		}
 		if ok && !kept[s] {
 			p.slots[i] = s
@@ -611,7 +613,7 @@ func (e *Engine) check(p *plan) error {
 			k := slotKeyOf(r.Src, 0)
 			_, dup := seen[k]
 			for a := ActionDrop; a <= ActionRedirect && !dup && !gone[k]; a++ {
-				_, dup = e.prefixSlot[slotKeyOf(r.Src, a)]
+				_, dup = e.prefixIndex().get(slotKeyOf(r.Src, a))
 			}
 			if dup {
 				return fmt.Errorf("rule %s: %w: %s has a rule already", ruleWhere(*r), ErrDuplicatePrefix, r.Src)
@@ -739,12 +741,8 @@ func (e *Engine) loadLocked() error {
 		e.maxOrder = max(e.maxOrder, r.order)
 	}
 	ck := compoundKeys(e.rules)
-	for i := range e.rules {
-		if k, ok := ck[i]; ok {
-			e.textSlot[k] = e.slots[i]
-		} else {
-			e.prefixSlot[slotKeyOf(e.rules[i].Src, e.rules[i].Action)] = e.slots[i]
-		}
+	for i, k := range ck {
+		e.textSlot[k] = e.slots[i]
 	}
 	used := make([]bool, e.nextSlot)
 	for _, s := range e.slots {
@@ -854,21 +852,19 @@ func (e *Engine) commitLocked(p *plan) error {
 		}
 		return fmt.Errorf("fastdrop: %w", err)
 	}
-	for _, i := range p.removed {
-		if r := &e.rules[i]; r.IsPrefixOnly() {
-			delete(e.prefixSlot, slotKeyOf(r.Src, r.Action))
-		}
+	if e.prefixSlot != nil && len(p.added)+len(p.removed) > len(p.rules)/8 {
+		e.prefixSlot = nil // cheaper made again when needed
 	}
-	if len(p.added) > len(e.prefixSlot) { // growing a map costs more than making it big
-		m := make(map[slotKey]uint32, len(e.prefixSlot)+len(p.added))
-		for k, v := range e.prefixSlot {
-			m[k] = v
+	if e.prefixSlot != nil {
+		for _, i := range p.removed {
+			if r := &e.rules[i]; r.IsPrefixOnly() {
+				e.prefixSlot.del(slotKeyOf(r.Src, r.Action))
+			}
 		}
-		e.prefixSlot = m
-	}
-	for _, i := range p.added {
-		if r := &p.rules[i]; r.IsPrefixOnly() {
-			e.prefixSlot[slotKeyOf(r.Src, r.Action)] = p.slots[i]
+		for _, i := range p.added {
+			if r := &p.rules[i]; r.IsPrefixOnly() {
+				e.prefixSlot.put(slotKeyOf(r.Src, r.Action), p.slots[i])
+			}
 		}
 	}
 	if e.cls.rebuilt {
@@ -1095,7 +1091,10 @@ type recWrite struct {
 
 // writeRecords writes rule records, a run of consecutive slots at a time.
 func (e *Engine) writeRecords(ws []recWrite) error {
-	slices.SortFunc(ws, func(a, b recWrite) int { return int(int64(a.slot) - int64(b.slot)) })
+	bySlot := func(a, b recWrite) int { return int(int64(a.slot) - int64(b.slot)) }
+	if !slices.IsSortedFunc(ws, bySlot) {
+		slices.SortFunc(ws, bySlot)
+	}
 	var buf []byte
 	for i := 0; i < len(ws); {
 		j := i + 1
@@ -1120,6 +1119,19 @@ func (e *Engine) writeRecords(ws []recWrite) error {
 }
 
 func (e *Engine) addedGen(slot uint32) uint32 { return e.genOf[slot] }
+
+// prefixIndex returns e.prefixSlot, made from the rules if need be.
+func (e *Engine) prefixIndex() *prefixIndex {
+	if e.prefixSlot == nil {
+		e.prefixSlot = newPrefixIndex(len(e.rules))
+		for i := range e.rules {
+			if r := &e.rules[i]; r.IsPrefixOnly() {
+				e.prefixSlot.put(slotKeyOf(r.Src, r.Action), e.slots[i])
+			}
+		}
+	}
+	return e.prefixSlot
+}
 
 // waitPrograms returns once every run of the program that started before
 // the call has ended.
