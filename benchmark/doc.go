@@ -11,10 +11,12 @@
 // pair the caller names (Options.Pair). For each case it attaches what the
 // case needs through package loader, opens the AF_XDP socket (package
 // xsk), starts the application on a pinned thread and the traffic
-// generator on the peer end, warms up, then measures Options.Repeat
-// windows of Options.Duration back to back and reports their median and
-// spread. Everything a case attached, opened or changed is undone when it
-// ends, also when the context is cancelled.
+// generator on the peer end, warms up, measures one window of
+// Options.Duration and undoes everything it attached, opened or changed
+// (also when the context is cancelled). It makes Options.Repeat such
+// passes over all the cases, so that other work on the machine disturbs
+// one repeat of several rows rather than every repeat of one, and reports
+// each row's median and spread.
 //
 // Every frame is accounted for: from the start of the traffic to its end,
 // after the rings drained, a Result says what was sent (the veth's own

@@ -78,6 +78,26 @@ func (c counts) sub(o counts) counts {
 	}
 }
 
+// add sums two deltas.
+func (c counts) add(o counts) counts {
+	return counts{
+		at:            c.at,
+		xmit:          c.xmit + o.xmit,
+		xmitFull:      c.xmitFull + o.xmitFull,
+		hook:          c.hook + o.hook,
+		passed:        c.passed + o.passed,
+		redirected:    c.redirected + o.redirected,
+		rxRingFull:    c.rxRingFull + o.rxRingFull,
+		rxDropped:     c.rxDropped + o.rxDropped,
+		txInvalid:     c.txInvalid + o.txInvalid,
+		completed:     c.completed + o.completed,
+		appTxDropped:  c.appTxDropped + o.appTxDropped,
+		linkTxDropped: c.linkTxDropped + o.linkTxDropped,
+		arrived:       c.arrived + o.arrived,
+		syscalls:      c.syscalls + o.syscalls,
+	}
+}
+
 // caseRun is one case set up and ready to run.
 type caseRun struct {
 	c    Case
@@ -557,38 +577,39 @@ func (r *caseRun) snapshot() (counts, error) {
 	return c, nil
 }
 
-// rate is the count that makes the row's Mpps.
-func (r *caseRun) rate(d counts) uint64 {
-	if r.c.Kind == L2Fwd {
+// rateOf is the count that makes a row's Mpps.
+func rateOf(c Case, d counts) uint64 {
+	if c.Kind == L2Fwd {
 		return d.arrived
 	}
 	return d.hook
 }
 
-// offeredIn is what was offered to the measured stage, if known.
-func (r *caseRun) offeredIn(d counts) (uint64, bool) {
-	if r.c.Kind == TxOnly {
+// offeredIn is what was offered to the measured stage, if known: what
+// the generator put into a veth's ring, or what the txonly socket sent.
+func offeredIn(c Case, veth bool, d counts) (uint64, bool) {
+	if c.Kind == TxOnly {
 		return d.completed, true
 	}
-	if !r.env.veth {
+	if !veth {
 		return 0, false
 	}
 	return d.xmit + d.xmitFull, true
 }
 
-// account fills the totals of res from the counts of the whole run.
-func (r *caseRun) account(res *Result, d counts) {
+// account fills the totals of res from the counts of whole runs.
+func account(c Case, veth bool, res *Result, d counts) {
 	lose := func(c Cause, n uint64) {
 		if n > 0 {
 			res.Lost = append(res.Lost, Loss{Cause: c, Where: c.Describe(), Frames: n})
 		}
 	}
-	sent, known := r.offeredIn(d)
+	sent, known := offeredIn(c, veth, d)
 	res.Sent, res.Received = sent, d.hook
-	if r.c.Kind.IsAFXDP() {
+	if c.Kind.IsAFXDP() {
 		// Per frame the socket handled: received, or sent (txonly).
 		n := d.hook
-		if r.c.Kind == TxOnly {
+		if c.Kind == TxOnly {
 			n = d.completed
 		}
 		if n > 0 {
@@ -596,10 +617,10 @@ func (r *caseRun) account(res *Result, d counts) {
 		}
 	}
 	out := d.hook
-	if r.c.Kind != TxOnly {
+	if c.Kind != TxOnly {
 		lose(LossVethRingFull, d.xmitFull)
 	}
-	switch r.c.Kind {
+	switch c.Kind {
 	case DropFast:
 		lose(LossPassed, d.passed)
 	case RxDrop, L2Fwd:
@@ -608,7 +629,7 @@ func (r *caseRun) account(res *Result, d counts) {
 		lose(LossRxDropped, d.rxDropped)
 		lose(LossLeftOnRing, d.onRing())
 	}
-	switch r.c.Kind {
+	switch c.Kind {
 	case L2Fwd:
 		res.Forwarded, out = d.arrived, d.arrived
 		lose(LossAppTxDropped, d.appTxDropped)

@@ -16,12 +16,13 @@ import (
 // Options shape a Run. DefaultOptions returns the ones `xdpdrop bench`
 // uses; zero fields of other Options get the same defaults, except Wait.
 type Options struct {
-	// Warmup runs each case before it is measured (default 1s).
+	// Warmup runs a case before each of its measured windows
+	// (default 1s).
 	Warmup time.Duration
-	// Duration of each measured repeat (default 2s).
+	// Duration of each measured window (default 2s).
 	Duration time.Duration
-	// Repeat is how many times each case is measured, back to back after
-	// the warm-up (default 3).
+	// Repeat is how many windows measure each case, one per pass over
+	// all the cases (default 3).
 	Repeat int
 	// CPUs are the CPU the generator runs on, which on veth also does the
 	// kernel's receive work, and the other CPU of two-core cases
@@ -138,8 +139,9 @@ func (o Options) appCPU(p Placement) (int, error) {
 type Event struct {
 	Index, Total int // the case's position in the plan, from 0
 	Case         Case
-	// Stage is "setup", "warmup", "repeat" (Repeat and Mpps set) or
-	// "done" (Result set).
+	// Stage is "setup", "warmup" and "repeat" (Mpps set) in each pass
+	// (Repeat, from 0), then "done" (Result set) for every case once the
+	// passes are over.
 	Stage  string
 	Repeat int
 	Mpps   float64
@@ -149,10 +151,17 @@ type Event struct {
 	Host, Peer, PeerNetNS string
 }
 
-// Run measures each case in turn and returns the report. A case that
-// fails is reported with its Error and the run goes on. When ctx ends,
-// Run cleans up the case in progress and returns the rows measured so
-// far with ctx's error.
+// Run measures the cases and returns the report. It makes Options.Repeat
+// passes over them: each pass sets every case up, warms it up, measures
+// one window of Options.Duration and tears it down again, so that a
+// disturbance of the machine (other work) hits one repeat of several
+// rows rather than every repeat of one, and the median leaves it out.
+// A case listed twice (in two tables) is measured once and reported
+// twice.
+//
+// A case that fails is reported with its Error and the run goes on. When
+// ctx ends, Run cleans up the case in progress and returns the rows with
+// at least one repeat, with ctx's error.
 func Run(ctx context.Context, cases []Case, opts Options) (*Report, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
@@ -174,34 +183,83 @@ func Run(ctx context.Context, cases []Case, opts Options) (*Report, error) {
 	if rep.LoadAvg >= 0.5 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("Other work was running when the run started (load average %.2f): it took CPU time from these figures.", rep.LoadAvg))
 	}
-	done := map[string]Result{}
+	rows := map[string]*row{}
+	var order []*row // measured rows, in plan order
 	for i, c := range cases {
-		if ctx.Err() != nil {
-			break
+		if _, ok := rows[c.key()]; !ok {
+			r := &row{index: i, c: c}
+			rows[c.key()] = r
+			order = append(order, r)
 		}
-		if r, ok := done[c.key()]; ok {
-			// Measured for another table already.
-			r.Case = c
-			rep.Results = append(rep.Results, r)
-			opts.progress(Event{Index: i, Total: len(cases), Case: c, Stage: "done", Result: &r})
-			continue
+	}
+	var err error
+passes:
+	for pass := range opts.Repeat {
+		for _, r := range order {
+			if r.err != "" {
+				continue
+			}
+			serr := r.measure(ctx, pass, len(cases), opts)
+			if ctx.Err() != nil {
+				err = ctx.Err()
+				break passes // the interrupted window is not counted
+			}
+			if errors.Is(serr, unix.EPERM) || errors.Is(serr, loader.ErrNotPermitted) {
+				// Every other case would fail the same way.
+				err = fmt.Errorf("%s: %w (bench needs root: CAP_NET_ADMIN, CAP_SYS_ADMIN and CAP_BPF)", r.c.Name(), serr)
+				break passes
+			}
 		}
-		r, serr := runCase(ctx, i, len(cases), c, opts)
-		if ctx.Err() != nil {
-			break // interrupted: the row is incomplete
+	}
+	if err != nil && !errors.Is(err, ctx.Err()) {
+		rep.Seconds = time.Since(start).Seconds()
+		rep.LoadAvgEnd = loadAvg()
+		return rep, err
+	}
+	for i, c := range cases {
+		r := rows[c.key()]
+		if r.err == "" && len(r.samples) == 0 {
+			continue // interrupted before its first window
 		}
-		if errors.Is(serr, unix.EPERM) || errors.Is(serr, loader.ErrNotPermitted) {
-			// Every other case would fail the same way.
-			rep.Seconds = time.Since(start).Seconds()
-			return rep, fmt.Errorf("%s: %w (bench needs root: CAP_NET_ADMIN, CAP_SYS_ADMIN and CAP_BPF)", c.Name(), serr)
-		}
-		done[c.key()] = r
-		rep.Results = append(rep.Results, r)
-		opts.progress(Event{Index: i, Total: len(cases), Case: c, Stage: "done", Result: &r})
+		res := r.result()
+		res.Case = c
+		rep.Results = append(rep.Results, res)
+		opts.progress(Event{Index: i, Total: len(cases), Case: c, Stage: "done", Result: &res})
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	rep.LoadAvgEnd = loadAvg()
-	return rep, ctx.Err()
+	return rep, err
+}
+
+// row gathers the passes over one case.
+type row struct {
+	index   int // of its first listing in the plan
+	c       Case
+	veth    bool
+	samples []float64
+	offered []float64
+	total   counts // from the start of the traffic to its end, summed over passes
+	err     string
+}
+
+// result summarizes the row.
+func (r *row) result() Result {
+	res := Result{Case: r.c, Name: r.c.Name(), Lost: []Loss{}}
+	if r.err != "" {
+		res.Error = r.err
+		return res
+	}
+	res.Samples = slices.Clone(r.samples)
+	res.Mpps = Summarize(r.samples)
+	res.OfferedMpps = Summarize(r.offered)
+	account(r.c, r.veth, &res, r.total)
+	if res.OfferedMpps.Median > 0 && res.Mpps.Median >= 0.98*res.OfferedMpps.Median {
+		res.Note = "kept up with the sender, which set the rate"
+		if r.veth && r.c.Kind != TxOnly {
+			res.Note += " (on veth the receive work runs in the sender's context: both share its CPU)"
+		}
+	}
+	return res
 }
 
 func (o Options) progress(e Event) {
@@ -241,28 +299,32 @@ func notes(o Options) []string {
 	return n
 }
 
-// runCase sets up c, warms it up, measures it and tears it down. The
-// error is the setup's, also recorded in the result.
-func runCase(ctx context.Context, idx, total int, c Case, opts Options) (res Result, _ error) {
-	res = Result{Case: c, Name: c.Name(), Lost: []Loss{}}
-	ev := func(stage string) Event { return Event{Index: idx, Total: total, Case: c, Stage: stage} }
+// measure sets the case up, warms it up, measures one window and tears
+// it down, adding what it saw to the row. A failure is recorded in the
+// row; the error returned is the setup's.
+func (w *row) measure(ctx context.Context, pass, total int, opts Options) error {
+	ev := func(stage string) Event {
+		return Event{Index: w.index, Total: total, Case: w.c, Stage: stage, Repeat: pass}
+	}
 	opts.progress(ev("setup"))
-	r, err := setup(c, opts)
+	r, err := setup(w.c, opts)
 	if err != nil {
-		res.Error = err.Error()
-		return res, err
+		w.err = err.Error()
+		return err
+	}
+	w.veth = r.env.veth
+	fail := func(err error) error {
+		_ = r.stop()
+		if ctx.Err() == nil {
+			w.err = err.Error()
+		}
+		return nil
 	}
 	defer func() {
-		if err := r.env.close(); err != nil && res.Error == "" {
-			res.Error = fmt.Sprintf("clean up: %v", err)
+		if err := r.env.close(); err != nil && w.err == "" {
+			w.err = fmt.Sprintf("clean up: %v", err)
 		}
 	}()
-	fail := func(err error) (Result, error) {
-		_ = r.stop()
-		res.Error = err.Error()
-		res.Mpps, res.Samples, res.OfferedMpps = Summary{}, nil, Summary{}
-		return res, nil
-	}
 
 	first, err := r.snapshot()
 	if err != nil {
@@ -281,26 +343,12 @@ func runCase(ctx context.Context, idx, total int, c Case, opts Options) (res Res
 	if err != nil {
 		return fail(err)
 	}
-	var offered []float64
-	for i := range opts.Repeat {
-		if err := r.wait(ctx, opts.Duration); err != nil {
-			return fail(err)
-		}
-		cur, err := r.snapshot()
-		if err != nil {
-			return fail(err)
-		}
-		d := cur.sub(prev)
-		secs := cur.at.Sub(prev.at).Seconds()
-		mpps := float64(r.rate(d)) / secs / 1e6
-		res.Samples = append(res.Samples, mpps)
-		if o, ok := r.offeredIn(d); ok {
-			offered = append(offered, float64(o)/secs/1e6)
-		}
-		prev = cur
-		e := ev("repeat")
-		e.Repeat, e.Mpps = i, mpps
-		opts.progress(e)
+	if err := r.wait(ctx, opts.Duration); err != nil {
+		return fail(err)
+	}
+	cur, err := r.snapshot()
+	if err != nil {
+		return fail(err)
 	}
 	if err := r.stop(); err != nil {
 		return fail(err)
@@ -309,14 +357,16 @@ func runCase(ctx context.Context, idx, total int, c Case, opts Options) (res Res
 	if err != nil {
 		return fail(err)
 	}
-	res.Mpps = Summarize(res.Samples)
-	res.OfferedMpps = Summarize(offered)
-	r.account(&res, last.sub(first))
-	if res.OfferedMpps.Median > 0 && res.Mpps.Median >= 0.98*res.OfferedMpps.Median {
-		res.Note = "kept up with the sender, which set the rate"
-		if r.env.veth && c.Kind != TxOnly {
-			res.Note += " (on veth the receive work runs in the sender's context: both share its CPU)"
-		}
+	d := cur.sub(prev)
+	secs := cur.at.Sub(prev.at).Seconds()
+	mpps := float64(rateOf(w.c, d)) / secs / 1e6
+	w.samples = append(w.samples, mpps)
+	if o, ok := offeredIn(w.c, w.veth, d); ok {
+		w.offered = append(w.offered, float64(o)/secs/1e6)
 	}
-	return res, nil
+	w.total = w.total.add(last.sub(first))
+	e = ev("repeat")
+	e.Mpps = mpps
+	opts.progress(e)
+	return nil
 }

@@ -79,12 +79,10 @@ func childGen(t *testing.T, fail bool) benchmark.Generator {
 	})
 }
 
-// quick are options for brief runs: a tenth of a second per repeat.
+// quick are options for brief runs: one window of 150ms per case.
 func quick(gen benchmark.Generator) benchmark.Options {
 	o := benchmark.QuickOptions()
-	// Busy polling on one core takes a few hundred milliseconds to get
-	// going (under -race).
-	o.Warmup, o.Duration, o.Repeat = 300*time.Millisecond, 150*time.Millisecond, 2
+	o.Warmup, o.Duration, o.Repeat = 100*time.Millisecond, 150*time.Millisecond, 1
 	o.Generator = gen
 	return o
 }
@@ -179,6 +177,9 @@ func TestRunEveryKind(t *testing.T) {
 	var boxes sandboxes
 	run := func(gen benchmark.Generator, cases []benchmark.Case) *benchmark.Report {
 		o := quick(gen)
+		// Busy polling on one core takes a few hundred milliseconds to
+		// get going (under -race).
+		o.Warmup = 300 * time.Millisecond
 		o.Progress = boxes.record
 		rep, err := benchmark.Run(context.Background(), cases, o)
 		require.NoError(t, err)
@@ -218,6 +219,7 @@ func TestRunSharedRows(t *testing.T) {
 	d.Table = "b"
 	setups := 0
 	o := quick(benchmark.InProcess())
+	o.Repeat = 2
 	o.Progress = func(e benchmark.Event) {
 		if e.Stage == "setup" {
 			setups++
@@ -225,7 +227,7 @@ func TestRunSharedRows(t *testing.T) {
 	}
 	rep, err := benchmark.Run(context.Background(), []benchmark.Case{c, d}, o)
 	require.NoError(t, err)
-	require.Equal(t, 1, setups)
+	require.Equal(t, o.Repeat, setups, "one setup per pass")
 	require.Len(t, rep.Results, 2)
 	require.Equal(t, "a", rep.Results[0].Table)
 	require.Equal(t, "b", rep.Results[1].Table)

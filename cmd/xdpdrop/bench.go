@@ -60,11 +60,14 @@ kernel patch series published, and prints them as Markdown tables (or JSON):
 Every row runs on a veth pair of its own, with one end in a new network
 namespace, removed when the row ends (also on Ctrl-C); --host and --peer
 measure on an existing pair instead. Traffic comes from 'xdpdrop gen' (XDP
-live frames) in a process of its own, pinned to the first of --cpus. Each
-row warms up, then is measured --repeat times for --duration; a row gives
-the median rate with its range and spread, the rate offered to it, and
-every frame sent, received and lost, by cause (the veth ring, XDP_STATISTICS,
-the programs' counters), counted from the start of the traffic to its end.
+live frames) in a process of its own, pinned to the first of --cpus. A
+pass sets each row up, warms it up for --warmup, measures it for
+--duration and removes it; --repeat passes run one after the other, so
+that other work on the machine disturbs one repeat of several rows rather
+than every repeat of one. A row gives the median rate with its range and
+spread, the rate offered to it, and every frame sent, received and lost, by
+cause (the veth ring, XDP_STATISTICS, the programs' counters), counted from
+the start of the traffic to its end.
 
 Frame sizes count the 4-byte FCS, as the kernel's xdpsock does: 64 sends
 60-byte frames. The defaults take a few minutes; --quick takes about one.
@@ -82,9 +85,9 @@ hardware's (see docs/BENCHMARKS.md).`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.tables, "tables", strings.Join(benchmark.Tables(), ","), "tables to measure, comma-separated")
 	fl.BoolVar(&f.quick, "quick", false, "a fast look: warm-up 500ms, one repeat of 500ms per row (explicit --warmup, --duration, --repeat win)")
-	fl.DurationVar(&f.warmup, "warmup", d.Warmup, "warm-up of each row before it is measured")
-	fl.DurationVar(&f.duration, "duration", d.Duration, "length of each measured repeat")
-	fl.IntVar(&f.repeat, "repeat", d.Repeat, "measured repeats per row")
+	fl.DurationVar(&f.warmup, "warmup", d.Warmup, "warm-up of a row before each measured window")
+	fl.DurationVar(&f.duration, "duration", d.Duration, "length of each measured window")
+	fl.IntVar(&f.repeat, "repeat", d.Repeat, "passes over the rows: measured windows per row")
 	fl.StringVar(&f.rules, "rules", "10k,1M", "fast-drop rule-set sizes of the drop table")
 	fl.StringVar(&f.sizes, "sizes", "64,1500", "frame sizes (with FCS) of the frame_size table; the first is used everywhere else")
 	fl.StringVar(&f.budgets, "budgets", "64,256,512", "busy-poll budgets of the busy_poll table")
@@ -120,7 +123,7 @@ func (a *app) bench(cmd *cobra.Command, f *benchFlags) error {
 		opts.Generator = genProcess(exe)
 	}
 	if !f.quiet {
-		opts.Progress = progressPrinter(a.stderr)
+		opts.Progress = progressPrinter(a.stderr, opts.Repeat)
 	}
 	command := commandLine(cmd)
 	rep, err := benchmark.Run(cmd.Context(), cases, opts)
@@ -267,30 +270,28 @@ func commandLine(cmd *cobra.Command) string {
 	return strings.Join(parts, " ")
 }
 
-// progressPrinter shows one line per row on w as it is measured.
-func progressPrinter(w io.Writer) func(benchmark.Event) {
+// progressPrinter shows a line on w for every window measured, and the
+// rows that failed.
+func progressPrinter(w io.Writer, passes int) func(benchmark.Event) {
 	var started time.Time
+	open := false
 	return func(e benchmark.Event) {
 		switch e.Stage {
 		case "setup":
-			started = time.Now()
-			fmt.Fprintf(w, "[%2d/%d] %-52s", e.Index+1, e.Total, e.Case.Name())
+			started, open = time.Now(), true
+			fmt.Fprintf(w, "pass %d/%d [%2d/%d] %-52s", e.Repeat+1, passes, e.Index+1, e.Total, e.Case.Name())
 		case "repeat":
-			fmt.Fprintf(w, " %.2f", e.Mpps)
+			fmt.Fprintf(w, " %6.2f Mpps (%.1fs)\n", e.Mpps, time.Since(started).Seconds())
+			open = false
 		case "done":
-			r := e.Result
-			took := ""
-			if started.IsZero() {
-				fmt.Fprintf(w, "[%2d/%d] %-52s (measured above)", e.Index+1, e.Total, e.Case.Name())
-			} else {
-				took = fmt.Sprintf(" (%.1fs)", time.Since(started).Seconds())
+			if e.Result.Error == "" {
+				return
 			}
-			if r.Error != "" {
-				fmt.Fprintf(w, " failed: %s\n", r.Error)
-			} else {
-				fmt.Fprintf(w, "  -> %.2f Mpps%s\n", r.Mpps.Median, took)
+			if !open {
+				fmt.Fprintf(w, "%13s%-52s", fmt.Sprintf("[%2d/%d] ", e.Index+1, e.Total), e.Case.Name())
 			}
-			started = time.Time{}
+			fmt.Fprintf(w, " failed: %s\n", e.Result.Error)
+			open = false
 		}
 	}
 }
@@ -305,10 +306,10 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 	if s.Interfaces != "sandbox" {
 		where = "the interfaces " + s.Interfaces
 	}
-	fmt.Fprintf(w, "Each row: warm-up %s, then %d × %s; Mpps is the median of the repeats, with their range and spread "+
+	fmt.Fprintf(w, "Each row: %d passes over all rows, each with a warm-up of %s and a window of %s; Mpps is the median of the windows, with their range and spread "+
 		"(max−min)/median. Traffic: %s, on CPU %d; %d flow(s). AF_XDP: copy mode where the driver has no zero-copy (veth), "+
 		"wait %s, batch %d. Interfaces: %s.\n\n",
-		secs(s.WarmupSeconds), s.Repeat, secs(s.DurationSeconds), s.Generator, s.CPUs[0], s.Flows, s.Wait, s.Batch, where)
+		s.Repeat, secs(s.WarmupSeconds), secs(s.DurationSeconds), s.Generator, s.CPUs[0], s.Flows, s.Wait, s.Batch, where)
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "- %s\n", n)
 	}
