@@ -117,15 +117,14 @@ func compoundKeys(rules []Rule) map[int]string {
 	return keys
 }
 
-// validateRules is RuleSet.Validate for the engine: the same checks (each
-// rule's own Validate, at most MaxCompoundRules compound rules, no prefix
-// twice), with a duplicate check that stays fast for millions of rules.
+// validateRules is RuleSet.Validate for the engine: the same checks, made
+// fast for millions of rules: each rule's own Validate spread over the
+// CPUs, the number of compound rules; a prefix given twice is found by the
+// table builders, which sort the prefixes anyway (see dupPrefixError).
 func validateRules(rules []Rule, policy, malformed Action) error {
 	if err := (&RuleSet{Policy: policy, Malformed: malformed}).Validate(); err != nil {
 		return err
 	}
-	// Each rule on its own, spread over the CPUs (a million rules take a
-	// while), while this goroutine looks for repeated prefixes.
 	workers := min(runtime.GOMAXPROCS(0), max(1, len(rules)/50_000))
 	firstBad := make([]int, workers)
 	errs := make([]error, workers)
@@ -144,29 +143,15 @@ func validateRules(rules []Rule, policy, malformed Action) error {
 			}
 		}()
 	}
-	dup := func() error {
-		seen := newPrefixIndex(len(rules))
-		compound := 0
-		for i := range rules {
-			r := &rules[i]
-			if !r.IsPrefixOnly() {
-				compound++
-				if compound > MaxCompoundRules {
-					return fmt.Errorf("rule %d (%s): %w: more than %d", i, ruleWhere(*r), ErrTooManyRules, MaxCompoundRules)
-				}
-				continue
+	compound := 0
+	var tooMany error
+	for i := range rules {
+		if !rules[i].IsPrefixOnly() {
+			if compound++; compound > MaxCompoundRules && tooMany == nil {
+				tooMany = fmt.Errorf("rule %d (%s): %w: more than %d", i, ruleWhere(rules[i]), ErrTooManyRules, MaxCompoundRules)
 			}
-			if !r.Src.IsValid() {
-				continue // Validate says what is wrong
-			}
-			k := slotKeyOf(r.Src, 0)
-			if j, ok := seen.get(k); ok {
-				return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", i, ruleWhere(*r), ErrDuplicatePrefix, r.Src, j-1, ruleWhere(rules[j-1]))
-			}
-			seen.put(k, uint32(i)+1)
 		}
-		return nil
-	}()
+	}
 	wg.Wait()
 	for w := range workers {
 		if firstBad[w] >= 0 {
@@ -174,8 +159,21 @@ func validateRules(rules []Rule, policy, malformed Action) error {
 			return fmt.Errorf("rule %d (%s): %w", i, ruleWhere(rules[i]), errs[w])
 		}
 	}
-	return dup
+	return tooMany
 }
+
+// dupPrefixError is what a table builder returns when two prefix rules
+// have the same prefix; the engine names the rules (by their vals).
+type dupPrefixError struct {
+	prefix string
+	a, b   uint32 // vals
+}
+
+func (e *dupPrefixError) Error() string {
+	return fmt.Sprintf("%s: %s twice", ErrDuplicatePrefix, e.prefix)
+}
+
+func (e *dupPrefixError) Unwrap() error { return ErrDuplicatePrefix }
 
 // ---- rule records (struct fd_rule_rec) ----
 

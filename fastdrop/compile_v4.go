@@ -166,8 +166,15 @@ func (t *v4Table) build(prefixes []v4Prefix) error {
 			long = append(long, p)
 		}
 	}
-	slices.SortFunc(short, func(a, b v4Prefix) int { return cmp.Compare(a.bits, b.bits) })
-	for _, p := range short {
+	// Sorting by length and address puts a prefix given twice next to
+	// itself.
+	slices.SortFunc(short, func(a, b v4Prefix) int {
+		return cmp.Compare(uint64(a.bits)<<32|uint64(a.addr), uint64(b.bits)<<32|uint64(b.addr))
+	})
+	for i, p := range short {
+		if i > 0 && short[i-1].bits == p.bits && short[i-1].addr == p.addr {
+			return &dupPrefixError{v4String(p), short[i-1].val, p.val}
+		}
 		start := p.addr >> 8
 		fill(t.tbl24[start:start+1<<(24-p.bits)], p.val)
 	}
@@ -175,8 +182,16 @@ func (t *v4Table) build(prefixes []v4Prefix) error {
 		if c := cmp.Compare(a.addr>>8, b.addr>>8); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.bits, b.bits)
+		if c := cmp.Compare(a.bits, b.bits); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.addr, b.addr)
 	})
+	for i := 1; i < len(long); i++ {
+		if long[i-1].bits == long[i].bits && long[i-1].addr == long[i].addr {
+			return &dupPrefixError{v4String(long[i]), long[i-1].val, long[i].val}
+		}
+	}
 	var g [256]uint32
 	for i := 0; i < len(long); {
 		i24 := long[i].addr >> 8
@@ -275,6 +290,10 @@ func (t *v4Table) depthOf(val uint32) int {
 func (t *v4Table) insert(p v4Prefix) error {
 	l := int(p.bits)
 	d := l + 1
+	t.needByLen()
+	if v, ok := t.byLen[l][p.addr]; ok {
+		return &dupPrefixError{v4String(p), v, p.val}
+	}
 	set := func(s []uint32) {
 		for i, e := range s {
 			if t.depthOf(e) <= d {
@@ -306,7 +325,6 @@ func (t *v4Table) insert(p v4Prefix) error {
 		}
 		t.mark24(start, end)
 	}
-	t.needByLen()
 	t.byLen[l][p.addr] = p.val
 	t.depth[valSlot(p.val)] = uint8(d)
 	t.count++
@@ -404,6 +422,10 @@ func (t *v4Table) committed() {
 	t.retired = t.retired[:0]
 	clear(t.dirty24)
 	t.allDirty = false
+}
+
+func v4String(p v4Prefix) string {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(p.addr >> 24), byte(p.addr >> 16), byte(p.addr >> 8), byte(p.addr)}), int(p.bits)).String()
 }
 
 func maskV4(l int) uint32 {

@@ -3,6 +3,7 @@ package fastdrop
 import (
 	"cmp"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/bits"
 	"net/netip"
@@ -108,6 +109,9 @@ func (t *v6Table) build(prefixes []v6Prefix) error {
 	rest := prefixes[:0:0]
 	for _, p := range prefixes {
 		if p.bits == 0 {
+			if t.def != 0 {
+				return &dupPrefixError{"::/0", t.def, p.val}
+			}
 			t.def = p.val
 			continue
 		}
@@ -164,6 +168,10 @@ func (t *v6Table) build(prefixes []v6Prefix) error {
 		err := t.fill(rest, size, seed)
 		if err == nil {
 			return nil
+		}
+		var dup *dupPrefixError
+		if errors.As(err, &dup) {
+			return err
 		}
 		switch {
 		case size*2 <= t.capacity:
@@ -263,6 +271,12 @@ func (t *v6Table) fill(sorted []v6Prefix, size int, seed uint64) error {
 		p := &sorted[i]
 		for len(stack) > 0 && !v6Contains(stack[len(stack)-1], p) {
 			stack = stack[:len(stack)-1]
+		}
+		if i > 0 && sorted[i-1].hi == p.hi && sorted[i-1].lo == p.lo && sorted[i-1].bits == p.bits {
+			var a [16]byte
+			binary.BigEndian.PutUint64(a[:8], p.hi)
+			binary.BigEndian.PutUint64(a[8:], p.lo)
+			return &dupPrefixError{netip.PrefixFrom(netip.AddrFrom16(a), int(p.bits)).String(), sorted[i-1].val, p.val}
 		}
 		if err := t.upsert(p.hi, p.lo, int(p.bits), p.val, v6FlagPrefix); err != nil {
 			return err

@@ -476,6 +476,27 @@ func (e *Engine) Replace(old, new Rule) error {
 	})
 }
 
+// namePrefixDup says which rules of the plan have the same prefix, as
+// RuleSet.Validate does.
+func (e *Engine) namePrefixDup(p *plan, dup *dupPrefixError) error {
+	idx := func(val uint32) int {
+		for i, s := range p.slots {
+			if s == valSlot(val) && p.rules[i].IsPrefixOnly() {
+				return i
+			}
+		}
+		return -1
+	}
+	i, j := idx(dup.a), idx(dup.b)
+	if i > j {
+		i, j = j, i
+	}
+	if i < 0 {
+		return dup
+	}
+	return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", j, ruleWhere(p.rules[j]), ErrDuplicatePrefix, p.rules[j].Src, i, ruleWhere(p.rules[i]))
+}
+
 // sameRule reports whether a and b are the same rule but for Line.
 func sameRule(a, b *Rule) bool {
 	if a.IsPrefixOnly() || b.IsPrefixOnly() {
@@ -586,13 +607,7 @@ func (e *Engine) check(p *plan) error {
 			return err
 		}
 	} else {
-		gone := make(map[slotKey]bool)
-		for _, i := range p.removed {
-			if r := &e.rules[i]; r.IsPrefixOnly() {
-				gone[slotKeyOf(r.Src, 0)] = true
-			}
-		}
-		seen := make(map[slotKey]int)
+		// A prefix given twice is found when the tables are changed.
 		compound := e.ncompound
 		for _, i := range p.removed {
 			if !e.rules[i].IsPrefixOnly() {
@@ -608,17 +623,7 @@ func (e *Engine) check(p *plan) error {
 				if compound++; compound > MaxCompoundRules {
 					return fmt.Errorf("rule %s: %w: more than %d", ruleWhere(*r), ErrTooManyRules, MaxCompoundRules)
 				}
-				continue
 			}
-			k := slotKeyOf(r.Src, 0)
-			_, dup := seen[k]
-			for a := ActionDrop; a <= ActionRedirect && !dup && !gone[k]; a++ {
-				_, dup = e.prefixIndex().get(slotKeyOf(r.Src, a))
-			}
-			if dup {
-				return fmt.Errorf("rule %s: %w: %s has a rule already", ruleWhere(*r), ErrDuplicatePrefix, r.Src)
-			}
-			seen[k] = i
 		}
 	}
 	for _, a := range []Action{p.policy, p.malformed} {
@@ -850,6 +855,10 @@ func (e *Engine) commitLocked(p *plan) error {
 		if rerr := e.compileAll(); rerr != nil {
 			return errors.Join(fmt.Errorf("fastdrop: %w", err), fmt.Errorf("fastdrop: rebuild tables: %w", rerr))
 		}
+		var dup *dupPrefixError
+		if errors.As(err, &dup) {
+			return fmt.Errorf("fastdrop: %w", e.namePrefixDup(p, dup))
+		}
 		return fmt.Errorf("fastdrop: %w", err)
 	}
 	if e.prefixSlot != nil && len(p.added)+len(p.removed) > len(p.rules)/8 {
@@ -921,12 +930,13 @@ func (e *Engine) compileChange(p *plan) error {
 	// Changing entries in place costs more per entry than filling a fresh
 	// table, but most changes touch a few entries of a big table.
 	incrCost, fullCost := 0, tbl24Entries+e.v4.totalCost
+	// (An entry is a few ns; a prefix's own bookkeeping a few hundred.)
 	for _, q := range v4add {
-		incrCost += 2 * q.cost()
+		incrCost += 2*q.cost() + 100
 		fullCost += q.cost()
 	}
 	for _, q := range v4del {
-		incrCost += 2 * q.cost()
+		incrCost += 2*q.cost() + 100
 		fullCost -= q.cost()
 	}
 	if incrCost > fullCost {

@@ -553,3 +553,43 @@ func TestRecordLayout(t *testing.T) {
 		t.Errorf("struct fd_v6_ent is %d bytes, want %d", n, v6EntSize)
 	}
 }
+
+// TestDuplicatePrefixes: a prefix in two prefix rules is refused, by Apply
+// and by Add, naming both rules, and nothing changes.
+func TestDuplicatePrefixes(t *testing.T) {
+	e := newTestEngine(t, testOptions)
+	base := kParse(t, "drop src 192.0.2.0/24\ndrop udp dport 53")
+	mustApply(t, e, base)
+	for _, prefixes := range [][2]string{
+		{"10.0.0.0/8", "10.0.0.0/8"},
+		{"10.1.2.3/32", "10.1.2.3/32"},
+		{"0.0.0.0/0", "0.0.0.0/0"},
+		{"2001:db8::/32", "2001:db8::/32"},
+		{"::/0", "::/0"},
+	} {
+		rs := &RuleSet{Rules: []Rule{
+			{Action: ActionDrop, Src: netip.MustParsePrefix("198.51.100.0/24")},
+			{Action: ActionDrop, Src: netip.MustParsePrefix(prefixes[0])},
+			{Action: ActionDrop, Dst: netip.MustParsePrefix("203.0.113.0/24")},
+			{Action: ActionPass, Src: netip.MustParsePrefix(prefixes[1])},
+		}}
+		err := e.Apply(rs)
+		if !errors.Is(err, ErrDuplicatePrefix) || !strings.Contains(err.Error(), "rule 3 (pass src "+prefixes[1]+")") || !strings.Contains(err.Error(), "also rule 1") {
+			t.Errorf("Apply with %s twice: %v", prefixes[0], err)
+		}
+		err = e.Add(rs.Rules[1], rs.Rules[3])
+		if !errors.Is(err, ErrDuplicatePrefix) {
+			t.Errorf("Add of %s twice: %v", prefixes[0], err)
+		}
+	}
+	if err := e.Add(Rule{Action: ActionPass, Src: netip.MustParsePrefix("192.0.2.0/24")}); !errors.Is(err, ErrDuplicatePrefix) {
+		t.Errorf("Add of a prefix in force with another action: %v", err)
+	}
+	if rs, _ := e.RuleSet(); ruleSetText(rs) != ruleSetText(base) {
+		t.Errorf("after the errors:\n%s", ruleSetText(rs))
+	}
+	got, err := newRunner(e).run(spec4("192.0.2.1", "10.0.0.1", 47, 0, 0).Build().Bytes)
+	if err != nil || got.Result != kPrefix(ActionDrop, 0) {
+		t.Errorf("after the errors: %v %v", got, err)
+	}
+}
