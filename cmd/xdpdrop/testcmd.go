@@ -25,7 +25,7 @@ type testFrame struct {
 	Class     string    `json:"class"`                // compound, prefix, default, malformed, skipped
 	RuleIndex int       `json:"rule_index,omitempty"` // 1-based position in the rule set, 0: none
 	Rule      string    `json:"rule,omitempty"`
-	Line      int       `json:"line,omitempty"` // the rule's line in the rules file
+	Line      int       `json:"line,omitempty"`  // the rule's line in the rules file
 	Error     string    `json:"error,omitempty"` // why it was skipped
 }
 
