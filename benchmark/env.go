@@ -48,7 +48,10 @@ type env struct {
 	// frames the generator put into the host end's ring, and how many the
 	// ring had no room for.
 	veth bool
-	undo []func() error
+	// kernelPids are kernel threads doing the case's network work: the
+	// ksoftirqd threads and NAPI threads made for it.
+	kernelPids []string
+	undo       []func() error
 }
 
 // newEnv makes a sandbox for c, or prepares the caller's pair.
@@ -115,6 +118,7 @@ func newEnv(pair *Pair, c Case) (e *env, err error) {
 		return e, err
 	}
 	e.veth = drv == "veth"
+	e.kernelPids = ksoftirqds()
 	return e, nil
 }
 
@@ -268,6 +272,7 @@ func (e *env) threadedNAPI(cpu int) error {
 		if err := unix.SchedSetaffinity(pid, &set); err != nil {
 			return fmt.Errorf("pin NAPI thread %d of %s to CPU %d: %w", pid, e.host, cpu, err)
 		}
+		e.kernelPids = append(e.kernelPids, strconv.Itoa(pid))
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/xdpdrop/xdpdrop/fastdrop"
@@ -530,6 +532,18 @@ func (r *caseRun) stop() error {
 	return errors.Join(errs...)
 }
 
+// cpu reads where the machine's CPU time went, counting the case's own
+// tasks apart.
+func (r *caseRun) cpu() cpuTicks {
+	pids := r.env.kernelPids
+	if r.running != nil {
+		if p, ok := pidOf(r.running); ok {
+			pids = append(slices.Clip(pids), strconv.Itoa(p))
+		}
+	}
+	return readCPUTicks(pids)
+}
+
 // settle waits until the counters stop moving and the socket has read
 // what its RX ring holds (at most two seconds: a loaded machine may leave
 // the application off its CPU for a while).
@@ -544,7 +558,10 @@ func (r *caseRun) settle() error {
 		if err != nil {
 			return err
 		}
-		if d := cur.sub(prev); d == (counts{at: cur.at}) && cur.onRing() == 0 {
+		// A busy-polling application keeps making system calls.
+		d := cur.sub(prev)
+		d.syscalls = 0
+		if d == (counts{at: cur.at}) && cur.onRing() == 0 {
 			return nil
 		}
 		prev = cur

@@ -75,6 +75,15 @@ type Result struct {
 	// need_wakeup and busy polling change. 0 for the drop kinds.
 	SyscallsPerFrame float64 `json:"syscalls_per_frame"`
 
+	// OtherCPUPct is the share of the machine's CPU time that other work
+	// (anything but the case's own process, generator and network kernel
+	// threads) used during the measured windows, in percent of all CPUs:
+	// the worst window. More than a few percent disturbs the figures.
+	OtherCPUPct float64 `json:"other_cpu_pct"`
+	// StealPct is the share the hypervisor gave to other guests (steal
+	// time), the worst window.
+	StealPct float64 `json:"steal_pct"`
+
 	// Note says something the figures alone do not, such as "limited by
 	// the generator".
 	Note string `json:"note,omitempty"`

@@ -238,7 +238,9 @@ type row struct {
 	veth    bool
 	samples []float64
 	offered []float64
-	total   counts // from the start of the traffic to its end, summed over passes
+	other   []float64 // per window: CPU time other work used, percent
+	steal   []float64 // per window: CPU time the hypervisor took, percent
+	total   counts    // from the start of the traffic to its end, summed over passes
 	err     string
 }
 
@@ -252,6 +254,8 @@ func (r *row) result() Result {
 	res.Samples = slices.Clone(r.samples)
 	res.Mpps = Summarize(r.samples)
 	res.OfferedMpps = Summarize(r.offered)
+	res.OtherCPUPct = Summarize(r.other).Max
+	res.StealPct = Summarize(r.steal).Max
 	account(r.c, r.veth, &res, r.total)
 	if res.OfferedMpps.Median > 0 && res.Mpps.Median >= 0.98*res.OfferedMpps.Median {
 		res.Note = "kept up with the sender, which set the rate"
@@ -339,6 +343,7 @@ func (w *row) measure(ctx context.Context, pass, total int, opts Options) error 
 	if err := r.wait(ctx, opts.Warmup); err != nil {
 		return fail(err)
 	}
+	cpu0 := r.cpu()
 	prev, err := r.snapshot()
 	if err != nil {
 		return fail(err)
@@ -350,6 +355,7 @@ func (w *row) measure(ctx context.Context, pass, total int, opts Options) error 
 	if err != nil {
 		return fail(err)
 	}
+	cpu := r.cpu().sub(cpu0)
 	if err := r.stop(); err != nil {
 		return fail(err)
 	}
@@ -365,6 +371,8 @@ func (w *row) measure(ctx context.Context, pass, total int, opts Options) error 
 		w.offered = append(w.offered, float64(o)/secs/1e6)
 	}
 	w.total = w.total.add(last.sub(first))
+	w.other = append(w.other, cpu.otherPct())
+	w.steal = append(w.steal, cpu.stealPct())
 	e = ev("repeat")
 	e.Mpps = mpps
 	opts.progress(e)

@@ -148,7 +148,7 @@ func TestCLIBench(t *testing.T) {
 	out := r.stdout
 	require.Contains(t, out, "Measured with `xdpdrop bench --duration 200ms --repeat 2 --rules 1k --tables drop --warmup 100ms` on ")
 	require.Contains(t, out, "### Drop: frames dropped per second, by hook (64-byte frames)")
-	require.Contains(t, out, "| | Mpps | range (spread) | offered Mpps | sent | received | lost |")
+	require.Contains(t, out, "| | Mpps | range (spread) | offered Mpps | sent | received | lost | other CPU |")
 	for _, row := range []string{"TC drop (tcx ingress)", "XDP drop, generic mode", "XDP drop, native mode", "fast drop, 1k prefix rules"} {
 		require.Contains(t, out, "| "+row+" | **", row)
 	}

@@ -318,7 +318,8 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 		"txonly and l2fwd); **offered** the rate offered to it (the generator's frames into the receiving ring; the socket's sends for txonly); "+
 		"**syscalls/frame** the AF_XDP socket's system calls per frame (what need_wakeup and busy polling change); "+
 		"**sent / received** every frame from the start of the traffic to its end, warm-up included (l2fwd: received → sent back and arrived); "+
-		"**lost** where the others went.")
+		"**lost** where the others went; **other CPU** the share of the machine's CPU time that other work took in the worst window "+
+		"(more than a few percent disturbs the row).")
 
 	var order []string
 	byTable := map[string][]benchmark.Result{}
@@ -336,11 +337,11 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 		}
 		fmt.Fprintf(w, "\n### %s\n\n", tableTitle(t, rows))
 		if afxdp {
-			fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | syscalls/frame | sent | received | lost |")
-			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|---|")
+			fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | syscalls/frame | sent | received | lost | other CPU |")
+			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|---|--:|")
 		} else {
-			fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | sent | received | lost |")
-			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|")
+			fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | sent | received | lost | other CPU |")
+			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|--:|")
 		}
 		for _, r := range rows {
 			label := rowLabel(r)
@@ -349,7 +350,7 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 				if afxdp {
 					gap = "| | | | | |"
 				}
-				fmt.Fprintf(w, "| %s | — %s failed: %s |\n", label, gap, mdEscape(r.Error))
+				fmt.Fprintf(w, "| %s | — %s failed: %s | |\n", label, gap, mdEscape(r.Error))
 				continue
 			}
 			offered := "—"
@@ -371,8 +372,8 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 					sys = fmt.Sprintf(" %.3f |", r.SyscallsPerFrame)
 				}
 			}
-			fmt.Fprintf(w, "| %s | **%.2f** | %.2f–%.2f (%.0f%%) | %s |%s %s | %s | %s |\n",
-				label, r.Mpps.Median, r.Mpps.Min, r.Mpps.Max, r.Mpps.SpreadPct, offered, sys, sent, recv, lossText(r))
+			fmt.Fprintf(w, "| %s | **%.2f** | %.2f–%.2f (%.0f%%) | %s |%s %s | %s | %s | %.0f%% |\n",
+				label, r.Mpps.Median, r.Mpps.Min, r.Mpps.Max, r.Mpps.SpreadPct, offered, sys, sent, recv, lossText(r), r.OtherCPUPct)
 		}
 	}
 	_, err := fmt.Fprintln(w)
