@@ -5,7 +5,7 @@
 set -uo pipefail
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-go test -race -count=1 -v "$@" ./... 2>&1 | tee "$log" | grep -E -- '^(---|ok|FAIL|panic|\s+--- (FAIL|SKIP))|^\s+\S+_test\.go:[0-9]+:' 
+go test -race -count=1 -v "$@" ./... 2>&1 | tee "$log" | grep -E -- '^(---|ok|FAIL|panic|\s+--- (FAIL|SKIP))|^\s+\S+_test\.go:[0-9]+:|^\s+(Error|Messages|expected|actual)\s*:?' 
 rc=${PIPESTATUS[0]}
 passed=$(grep -cE -- '^\s*--- PASS' "$log")
 failed=$(grep -cE -- '^\s*--- FAIL' "$log")
