@@ -275,6 +275,15 @@ func decodeRecord(b []byte) (r Rule, order, added, removed uint32, ok bool) {
 		return r, 0, 0, 0, false
 	}
 	le := binary.LittleEndian
+	order = decodeRecordInto(b, &r)
+	return r, order, le.Uint32(b[recAdded:]), le.Uint32(b[recRemoved:]), true
+}
+
+// decodeRecordInto reads the rule of a record that is not free into *r
+// (zero), in place, and returns its order. (Filling a slice element in
+// place saves copying a Rule, pointers and all, per record.)
+func decodeRecordInto(b []byte, r *Rule) (order uint32) {
+	le := binary.LittleEndian
 	r.Action = Action(b[recAction])
 	flags := b[recFlags]
 	prefix := func(off int, bits uint8) netip.Prefix {
@@ -305,7 +314,7 @@ func decodeRecord(b []byte) (r Rule, order, added, removed uint32, ok bool) {
 	r.Fragment = flags&recFlagFrag != 0
 	r.EtherType = le.Uint16(b[recEther:])
 	r.Line = int(le.Uint32(b[recLine:]))
-	return r, le.Uint32(b[recOrder:]), le.Uint32(b[recAdded:]), le.Uint32(b[recRemoved:]), true
+	return le.Uint32(b[recOrder:])
 }
 
 // ---- compound rules: the bit-vector classifier ----

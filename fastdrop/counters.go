@@ -85,13 +85,15 @@ func (e *Engine) Counters() (*Counters, error) {
 	return c, nil
 }
 
-// sumSlots reads the counters of every slot, summed over the CPUs.
+// sumSlots reads the counters of every slot in use (those below
+// nextSlot: slots above it have never had a rule), summed over the CPUs.
 func (e *Engine) sumSlots() ([]counterPair, error) {
-	n := e.nslots * counterSize
+	used := max(int(e.nextSlot), int(firstRule))
+	n := used * counterSize
 	buf := make([]byte, n)
-	sums := make([]counterPair, e.nslots)
+	sums := make([]counterPair, used)
 	for cpu := range e.ncpu {
-		if _, err := e.mem.counters.ReadAt(buf, int64(cpu*n)); err != nil {
+		if _, err := e.mem.counters.ReadAt(buf, int64(cpu*e.nslots*counterSize)); err != nil {
 			return nil, fmt.Errorf("read counters: %w", err)
 		}
 		for i, c := range counterSlice(buf) {

@@ -1,6 +1,7 @@
 package fastdrop
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -169,6 +170,13 @@ type Engine struct {
 	// fullWrite: the halves may differ from the mirrors (after Open, or
 	// after a failed change): the next commit writes every table whole.
 	fullWrite bool
+	// tablesStale: the mirrors (v4, v6, cls) do not hold e.rules yet.
+	// Reading the rule set back (Open, another process's change) only
+	// reads the records; the tables, which cost seconds for millions of
+	// rules, are rebuilt by the first change that needs them.
+	tablesStale bool
+	// loaded: e.rules holds the rule set of generation e.generation.
+	loaded bool
 }
 
 // New loads the drop program and creates its maps, with an empty rule set
@@ -225,10 +233,11 @@ func New(opts Options) (*Engine, error) {
 	}
 	// The maps start zeroed, as do the mirrors: only the configurations
 	// and the state need writing.
-	if err := e.resetState(); err != nil {
+	e.resetRules()
+	if err := e.resetTables(); err != nil {
 		return nil, errors.Join(err, e.Close())
 	}
-	e.generation = 1
+	e.generation, e.loaded = 1, true
 	for h := range uint32(2) {
 		conf := e.confFor(h)
 		if err := e.maps[gen.FastdropMapFdConfs].Put(h, &conf); err != nil {
@@ -246,6 +255,11 @@ func New(opts Options) (*Engine, error) {
 // rules from a new process. The program is reopened too if it is pinned
 // there as xdp_fastdrop. Changes made through Open lock pinDir against
 // other processes doing the same.
+//
+// Open itself only opens the maps: the rule records are read by the first
+// call that needs the rule set (RuleSet, Counters, a change), and the
+// prefix and compound tables are rebuilt only by the first change. To
+// count the rules without reading them, use RuleCount.
 func Open(pinDir string) (*Engine, error) {
 	e := &Engine{maps: make(map[string]*ebpf.Map)}
 	for _, name := range mapNames {
@@ -268,12 +282,41 @@ func Open(pinDir string) (*Engine, error) {
 	if err := e.setup(); err != nil {
 		return nil, errors.Join(err, e.Close())
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if err := e.loadLocked(); err != nil {
+	// Fail early, as before, if the maps hold no readable state.
+	if _, err := e.readState(); err != nil {
 		return nil, errors.Join(err, e.Close())
 	}
 	return e, nil
+}
+
+// RuleCount returns the number of rules in force in the engine pinned in
+// pinDir, from the active half's configuration alone: it reads no rule
+// record and builds nothing, so it costs the same for any number of rules.
+func RuleCount(pinDir string) (int, error) {
+	var maps [2]*ebpf.Map
+	defer func() {
+		for _, m := range maps {
+			if m != nil {
+				m.Close()
+			}
+		}
+	}()
+	for i, name := range []string{gen.FastdropMapFdActive, gen.FastdropMapFdConfs} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			return 0, fmt.Errorf("fastdrop: open pinned map %s in %s: %w", name, pinDir, err)
+		}
+		maps[i] = m
+	}
+	var st gen.FastdropFdState
+	if err := maps[0].Lookup(uint32(0), &st); err != nil {
+		return 0, fmt.Errorf("fastdrop: read state: %w", err)
+	}
+	var conf gen.FastdropFdConf
+	if err := maps[1].Lookup(st.Active&1, &conf); err != nil {
+		return 0, fmt.Errorf("fastdrop: read configuration: %w", err)
+	}
+	return int(conf.Ncompound) + int(conf.V4Count) + int(conf.V6Count), nil
 }
 
 // setup derives the sizes from the maps and maps their memory.
@@ -316,16 +359,26 @@ func (e *Engine) setup() error {
 	return nil
 }
 
-func (e *Engine) resetState() error {
+// resetRules empties the engine's view of the rule set (not the tables).
+func (e *Engine) resetRules() {
 	e.rules, e.slots = nil, nil
-	e.orderOf = make([]uint32, e.nslots)
-	e.genOf = make([]uint32, e.nslots)
+	if len(e.orderOf) == e.nslots {
+		clear(e.orderOf)
+		clear(e.genOf)
+	} else {
+		e.orderOf = make([]uint32, e.nslots)
+		e.genOf = make([]uint32, e.nslots)
+	}
 	e.policy, e.malformed = ActionPass, ActionPass
 	e.prefixSlot = nil
 	e.textSlot = make(map[string]uint32)
 	e.free = nil
 	e.nextSlot = firstRule
 	e.ncompound, e.maxOrder = 0, 0
+}
+
+// resetTables makes empty table mirrors.
+func (e *Engine) resetTables() error {
 	if err := e.closeTables(); err != nil {
 		return err
 	}
@@ -596,6 +649,9 @@ func (e *Engine) change(make func() (*plan, error)) error {
 	if err := e.check(p); err != nil {
 		return fmt.Errorf("fastdrop: %w", err)
 	}
+	if err := e.ensureTablesLocked(); err != nil {
+		return err
+	}
 	return e.commitLocked(p)
 }
 
@@ -655,7 +711,7 @@ func (e *Engine) refreshLocked() error {
 	if err != nil {
 		return err
 	}
-	if st.Generation == e.generation && st.Active == e.active {
+	if e.loaded && st.Generation == e.generation && st.Active == e.active {
 		return nil
 	}
 	return e.loadLocked()
@@ -676,9 +732,11 @@ func (e *Engine) writeState(st gen.FastdropFdState) error {
 	return nil
 }
 
-// loadLocked rebuilds the engine's view from the kernel: the rules of the
-// active half from fd_rules, the policies and compound order from its
-// fd_conf.
+// loadLocked rebuilds the engine's view of the rule set from the kernel:
+// the rules of the active half from fd_rules, the policies and compound
+// order from its fd_conf. The table mirrors are left to
+// ensureTablesLocked: reading a million rules back costs what reading
+// their records costs, not what building the tables costs.
 func (e *Engine) loadLocked() error {
 	st, err := e.readState()
 	if err != nil {
@@ -689,66 +747,113 @@ func (e *Engine) loadLocked() error {
 	if err := e.maps[gen.FastdropMapFdConfs].Lookup(active, &conf); err != nil {
 		return fmt.Errorf("fastdrop: read configuration: %w", err)
 	}
-	buf := make([]byte, e.nslots*recSize)
-	if _, err := e.mem.rules.ReadAt(buf, 0); err != nil {
-		return fmt.Errorf("fastdrop: read rules: %w", err)
+	e.loaded = false
+	e.resetRules()
+	if err := e.closeTables(); err != nil {
+		return fmt.Errorf("fastdrop: %w", err)
 	}
-	type rec struct {
-		rule  Rule
-		order uint32
-		slot  uint32
-	}
-	var recs []rec
+	e.tablesStale = true
+
+	// The active half's counts size the slices (a hint: records of a
+	// change that did not finish may add some), with room so that the
+	// next Adds need no copy of a million rules.
+	want := min(int(conf.Ncompound)+int(conf.V4Count)+int(conf.V6Count), e.nslots)
+	want += max(16, want/8)
+	rules := make([]Rule, 0, want)
+	slots := make([]uint32, 0, want)
+	orders := make([]uint32, 0, want)
 	var stale []uint32
-	if err := e.resetState(); err != nil {
-		return err
-	}
-	for s := firstRule; s < uint32(e.nslots); s++ {
-		r, order, added, removed, ok := decodeRecord(buf[int(s)*recSize:])
-		if !ok {
-			continue
+	sorted := true
+	gnow := uint32(st.Generation)
+	// The records are read a chunk at a time, not as one buffer the size
+	// of the map (hundreds of MiB, mostly free slots).
+	const chunk = 1 << 16
+	buf := make([]byte, min(chunk, e.nslots)*recSize)
+	for base := 0; base < e.nslots; base += chunk {
+		n := min(chunk, e.nslots-base)
+		b := buf[:n*recSize]
+		if _, err := e.mem.rules.ReadAt(b, int64(base)*recSize); err != nil {
+			return fmt.Errorf("fastdrop: read rules: %w", err)
 		}
-		if !recLive(added, removed, uint32(st.Generation)) {
-			stale = append(stale, s)
-			continue
-		}
-		recs = append(recs, rec{r, order, s})
-		e.genOf[s] = added
-		e.nextSlot = max(e.nextSlot, s+1)
-	}
-	slices.SortStableFunc(recs, func(a, b rec) int { return int(int64(a.order) - int64(b.order)) })
-	// Compound priority is what the active half's fd_conf says, even if a
-	// change that failed half-way rewrote some orders.
-	var compound []rec
-	bySlot := make(map[uint32]rec)
-	for _, r := range recs {
-		if !r.rule.IsPrefixOnly() {
-			bySlot[r.slot] = r
-		}
-	}
-	for i := range int(conf.Ncompound) {
-		if r, ok := bySlot[valSlot(conf.Crule[i])]; ok {
-			compound = append(compound, r)
-		}
-	}
-	ci := 0
-	for _, r := range recs {
-		if !r.rule.IsPrefixOnly() {
-			if ci >= len(compound) {
-				continue // not in the active half's compound list
+		for k := range n {
+			s := uint32(base + k)
+			rb := b[k*recSize : (k+1)*recSize]
+			if s < firstRule || rb[recAction] == 0 {
+				continue
 			}
-			r = compound[ci]
-			ci++
+			added, removed := binary.LittleEndian.Uint32(rb[recAdded:]), binary.LittleEndian.Uint32(rb[recRemoved:])
+			if !recLive(added, removed, gnow) {
+				stale = append(stale, s)
+				continue
+			}
+			rules = append(rules, Rule{})
+			order := decodeRecordInto(rb, &rules[len(rules)-1])
+			if len(orders) > 0 && order < orders[len(orders)-1] {
+				sorted = false
+			}
+			slots = append(slots, s)
+			orders = append(orders, order)
+			e.genOf[s] = added
+			e.nextSlot = max(e.nextSlot, s+1)
 		}
-		e.rules = append(e.rules, r.rule)
-		e.slots = append(e.slots, r.slot)
-		e.orderOf[r.slot] = r.order
-		e.maxOrder = max(e.maxOrder, r.order)
+	}
+	if !sorted {
+		// By order, then slot (the order they were read in): a stable
+		// sort of small keys, then one pass to move the rules.
+		idx := make([]uint64, len(rules))
+		for i, o := range orders {
+			idx[i] = uint64(o)<<32 | uint64(i)
+		}
+		slices.Sort(idx)
+		r2, s2, o2 := make([]Rule, len(rules), cap(rules)), make([]uint32, len(rules), cap(rules)), make([]uint32, len(rules))
+		for i, x := range idx {
+			j := uint32(x)
+			r2[i], s2[i], o2[i] = rules[j], slots[j], orders[j]
+		}
+		rules, slots, orders = r2, s2, o2
+	}
+	// Compound priority is what the active half's fd_conf says, even if a
+	// change that failed half-way rewrote some orders: the compound rules
+	// keep their places among the rules but take fd_conf's sequence, and
+	// those it does not list are left out.
+	bySlot := make(map[uint32]int)
+	for i := range rules {
+		if !rules[i].IsPrefixOnly() {
+			bySlot[slots[i]] = i
+		}
+	}
+	if len(bySlot) > 0 {
+		var corder []int
+		for i := range min(int(conf.Ncompound), len(conf.Crule)) {
+			if j, ok := bySlot[valSlot(conf.Crule[i])]; ok {
+				corder = append(corder, j)
+			}
+		}
+		r2, s2, o2 := make([]Rule, 0, cap(rules)), make([]uint32, 0, cap(rules)), make([]uint32, 0, len(rules))
+		ci := 0
+		for i := range rules {
+			j := i
+			if !rules[i].IsPrefixOnly() {
+				if ci >= len(corder) {
+					continue // not in the active half's compound list
+				}
+				j = corder[ci]
+				ci++
+			}
+			r2, s2, o2 = append(r2, rules[j]), append(s2, slots[j]), append(o2, orders[j])
+		}
+		rules, slots, orders = r2, s2, o2
+	}
+	e.rules, e.slots = rules, slots
+	for i, s := range slots {
+		e.orderOf[s] = orders[i]
+		e.maxOrder = max(e.maxOrder, orders[i])
 	}
 	ck := compoundKeys(e.rules)
 	for i, k := range ck {
 		e.textSlot[k] = e.slots[i]
 	}
+	e.ncompound = len(ck)
 	used := make([]bool, e.nextSlot)
 	for _, s := range e.slots {
 		used[s] = true
@@ -773,12 +878,26 @@ func (e *Engine) loadLocked() error {
 	e.malformed = actionOr(Action(conf.Malformed), ActionPass)
 	e.active = active
 	e.generation = st.Generation
-	if err := e.compileAll(); err != nil {
-		return fmt.Errorf("fastdrop: rebuild tables: %w", err)
-	}
 	// A change that did not finish may have left the inactive half
 	// different from the active one.
 	e.fullWrite = st.InSync == 0
+	e.loaded = true
+	return nil
+}
+
+// ensureTablesLocked rebuilds the table mirrors from the rule set in
+// force if loadLocked left them out.
+func (e *Engine) ensureTablesLocked() error {
+	if !e.tablesStale {
+		return nil
+	}
+	if err := e.resetTables(); err != nil {
+		return err
+	}
+	if err := e.compileAll(); err != nil {
+		return fmt.Errorf("fastdrop: rebuild tables: %w", err)
+	}
+	e.tablesStale = false
 	return nil
 }
 
@@ -853,6 +972,7 @@ func (e *Engine) commitLocked(p *plan) error {
 		// The mirrors may be half changed: make them what the kernel
 		// holds, which nothing has touched.
 		if rerr := e.compileAll(); rerr != nil {
+			e.tablesStale = true // rebuilt whole by the next change
 			return errors.Join(fmt.Errorf("fastdrop: %w", err), fmt.Errorf("fastdrop: rebuild tables: %w", rerr))
 		}
 		var dup *dupPrefixError
