@@ -470,15 +470,61 @@ func (r *caseRun) start() error {
 			return fmt.Errorf("application: %w", err)
 		}
 	}
-	if r.c.Kind == TxOnly {
-		return nil
+	if r.c.Kind != TxOnly {
+		running, err := r.opts.Generator.Start(r.job)
+		if err != nil {
+			return err
+		}
+		r.running = running
 	}
-	running, err := r.opts.Generator.Start(r.job)
+	return r.flowing()
+}
+
+// flowing waits until traffic flows: a generator in another process takes
+// a moment to start, and the warm-up starts when frames do.
+func (r *caseRun) flowing() error {
+	first, err := r.snapshot()
 	if err != nil {
 		return err
 	}
-	r.running = running
-	return nil
+	moved := func(c counts) bool {
+		d := c.sub(first)
+		if o, ok := offeredIn(r.c, r.env.veth, d); ok {
+			return o > 0
+		}
+		return d.hook > 0 || d.passed > 0
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		c, err := r.snapshot()
+		if err != nil {
+			return err
+		}
+		if moved(c) {
+			return nil
+		}
+		if r.running != nil {
+			select {
+			case <-r.running.Done():
+				if err := r.running.Stop(); err != nil {
+					return err
+				}
+				return errors.New("the generator stopped by itself")
+			default:
+			}
+		}
+		if r.appDone != nil {
+			select {
+			case <-r.appDone:
+				if r.appErr != nil {
+					return fmt.Errorf("application: %w", r.appErr)
+				}
+				return errors.New("the application stopped by itself")
+			default:
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return errors.New("no traffic within 10s of starting it")
 }
 
 // wait lets the case run for d, or until it fails or ctx ends.

@@ -136,10 +136,10 @@ func requireSane(t *testing.T, r benchmark.Result, repeat int) {
 	for _, s := range r.Samples {
 		require.GreaterOrEqual(t, s, 0.0, r.Name)
 	}
-	require.Positive(t, r.Mpps.Median, r.Name)
+	requireRate(t, r, r.Mpps.Median)
+	requireRate(t, r, r.OfferedMpps.Median)
 	require.LessOrEqual(t, r.Mpps.Min, r.Mpps.Median)
 	require.GreaterOrEqual(t, r.Mpps.Max, r.Mpps.Median)
-	require.Positive(t, r.OfferedMpps.Median, r.Name)
 	require.Positive(t, r.Sent, r.Name)
 	require.Positive(t, r.Received, r.Name)
 	// A few frames the ends' own stacks send may be counted too (IPv6
@@ -159,6 +159,18 @@ func requireSane(t *testing.T, r benchmark.Result, repeat int) {
 		require.Positive(t, l.Frames, r.Name)
 		require.Equal(t, l.Cause.Describe(), l.Where)
 	}
+}
+
+// requireRate: a row measured a rate, unless the report itself says that
+// other work took the CPUs (go test runs other packages' kernel tests
+// alongside; a starved window of a tenth of a second can see nothing).
+func requireRate(t *testing.T, r benchmark.Result, mpps float64) {
+	t.Helper()
+	if mpps == 0 {
+		require.Greater(t, r.OtherCPUPct, 25.0, "%s measured no rate, yet other work took only %.0f%% of the CPUs", r.Name, r.OtherCPUPct)
+		return
+	}
+	require.Positive(t, mpps, r.Name)
 }
 
 func abs(x int64) int64 {
