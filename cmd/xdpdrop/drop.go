@@ -70,11 +70,13 @@ Rule syntax: docs/RULES.md. Detach with 'xdpdrop detach --iface IF'.`,
 // ruleSetFromFlags reads --rules and adds --deny, --policy, --malformed.
 func ruleSetFromFlags(rules string, deny []string, policy, malformed string) (*fastdrop.RuleSet, error) {
 	rs := &fastdrop.RuleSet{}
+	parsed := 0 // rules ParseFile has validated (as a set, too)
 	if rules != "" {
 		var err error
 		if rs, err = fastdrop.ParseFile(rules); err != nil {
 			return nil, err
 		}
+		parsed = len(rs.Rules)
 	}
 	for _, d := range deny {
 		p, err := parsePrefix(d)
@@ -96,10 +98,51 @@ func ruleSetFromFlags(rules string, deny []string, policy, malformed string) (*f
 		}
 		*v.dst = act
 	}
-	if err := rs.Validate(); err != nil {
+	// --policy and --malformed are pass or drop, which Validate accepts:
+	// only the --deny rules need checking against the file.
+	if err := validateAdded(rs, parsed); err != nil {
 		return nil, err
 	}
 	return rs, nil
+}
+
+// validateAdded is rs.Validate for a rule set whose first n rules were
+// validated as a set by ParseFile, with the same errors: each later rule
+// is checked, and against all for a prefix given twice. For a file of a
+// million rules this saves the second pass over them (a second).
+func validateAdded(rs *fastdrop.RuleSet, n int) error {
+	if n == 0 {
+		return rs.Validate()
+	}
+	where := func(r fastdrop.Rule) string {
+		if r.Line > 0 {
+			return "line " + strconv.Itoa(r.Line)
+		}
+		return r.String()
+	}
+	first := make(map[netip.Prefix]int) // prefixes of the added rules: their first rule
+	for i := len(rs.Rules) - 1; i >= n; i-- {
+		if r := &rs.Rules[i]; r.IsPrefixOnly() {
+			first[r.Src] = i
+		}
+	}
+	for j := range n {
+		if r := &rs.Rules[j]; r.IsPrefixOnly() && len(first) > 0 {
+			if k, ok := first[r.Src]; ok && j < k {
+				first[r.Src] = j
+			}
+		}
+	}
+	for i := n; i < len(rs.Rules); i++ {
+		r := rs.Rules[i]
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("rule %d (%s): %w", i, where(r), err)
+		}
+		if j, ok := first[r.Src]; ok && r.IsPrefixOnly() && j < i {
+			return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", i, where(r), fastdrop.ErrDuplicatePrefix, r.Src, j, where(rs.Rules[j]))
+		}
+	}
+	return nil
 }
 
 // parsePrefix accepts a prefix or a bare address (a host route).
@@ -211,6 +254,20 @@ func openDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
 		return nil, nil, errors.Join(err, att.Close())
 	}
 	return att, eng, nil
+}
+
+// dropRuleCount returns the number of rules of the fast drop attached to
+// iface, without reading the rules (see fastdrop.RuleCount).
+func dropRuleCount(iface string) (int, error) {
+	att, err := loader.Open(iface, "")
+	if err != nil {
+		return 0, err
+	}
+	defer att.Close()
+	if p := att.Meta().Config["program"]; p != programFastdrop {
+		return 0, fmt.Errorf("%s runs xdpdrop's %q program, not fast drop", iface, p)
+	}
+	return fastdrop.RuleCount(att.MapsDir())
 }
 
 // needDrop is openDrop for commands that need fast drop to be there.

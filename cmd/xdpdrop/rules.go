@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"strings"
 
@@ -190,13 +191,19 @@ func (a *app) rulesListCmd() *cobra.Command {
 			if jsonOut {
 				return writeJSON(a.stdout, l)
 			}
-			fmt.Fprintf(a.stdout, "%s: %d rules, policy %s, malformed %s\n", iface, len(l.Rules), l.Policy, l.Malformed)
-			tw := table(a.stdout)
+			// Buffered: the table writer writes each cell on its own,
+			// which for a million rules is millions of write calls.
+			bw := bufio.NewWriterSize(a.stdout, 1<<16)
+			fmt.Fprintf(bw, "%s: %d rules, policy %s, malformed %s\n", iface, len(l.Rules), l.Policy, l.Malformed)
+			tw := table(bw)
 			fmt.Fprintln(tw, "#\tRULE\tPACKETS\tBYTES")
 			for _, r := range l.Rules {
 				fmt.Fprintf(tw, "%d\t%s\t%d\t%d\n", r.Index+1, r.Rule, r.Packets, r.Bytes)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			return bw.Flush()
 		},
 	}
 	cmd.Flags().StringVar(&iface, "iface", "", "interface (required)")

@@ -277,8 +277,10 @@ func (s dropSource) sample() (*ifaceStats, error) {
 			{Verdict: "default", Packets: c.Default.Packets, Bytes: c.Default.Bytes},
 		},
 	}
-	for _, r := range ruleRows(c) {
-		st.Rules = append(st.Rules, ruleRate{ruleRow: r})
+	rows := ruleRows(c)
+	st.Rules = make([]ruleRate, len(rows)) // a million rules: no regrowing
+	for i, r := range rows {
+		st.Rules[i].ruleRow = r
 	}
 	return st, nil
 }

@@ -51,13 +51,8 @@ longer exist are shown as stale; --clean removes them.`,
 				}
 				row := statusRow{IfaceStatus: st}
 				if st.PinDir != "" && !st.Stale && ours(st, programFastdrop) {
-					if att, eng, err := openDrop(st.Interface); err == nil {
-						if rs, err := eng.RuleSet(); err == nil {
-							n := len(rs.Rules)
-							row.Rules = &n
-						}
-						eng.Close()
-						att.Close()
+					if n, err := dropRuleCount(st.Interface); err == nil {
+						row.Rules = &n
 					}
 				}
 				rows = append(rows, row)
