@@ -451,6 +451,18 @@ func (e *Engine) RuleSet() (*RuleSet, error) {
 	return &RuleSet{Rules: slices.Clone(e.rules), Policy: e.policy, Malformed: e.malformed}, nil
 }
 
+// Policy returns the verdicts of the rule set in force for frames that
+// no rule matches and for malformed frames (RuleSet's EffectivePolicy and
+// EffectiveMalformed), without copying the rules.
+func (e *Engine) Policy() (policy, malformed Action, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.refreshLocked(); err != nil {
+		return 0, 0, err
+	}
+	return e.policy, e.malformed, nil
+}
+
 // Apply replaces the whole rule set, atomically: every frame is judged by
 // the old set or by rs. Rules that stay (same text) keep their counters.
 func (e *Engine) Apply(rs *RuleSet) error {
