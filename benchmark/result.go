@@ -84,8 +84,9 @@ type Result struct {
 	// time), the worst window.
 	StealPct float64 `json:"steal_pct"`
 
-	// Note says something the figures alone do not, such as "limited by
-	// the generator".
+	// Note says something the figures alone do not, such as "kept up with
+	// the sender": it received everything offered, so the sender set the
+	// rate.
 	Note string `json:"note,omitempty"`
 	// Error is why the case could not be measured; the figures are then
 	// empty.

@@ -258,10 +258,7 @@ func (r *row) result() Result {
 	res.StealPct = Summarize(r.steal).Max
 	account(r.c, r.veth, &res, r.total)
 	if res.OfferedMpps.Median > 0 && res.Mpps.Median >= 0.98*res.OfferedMpps.Median {
-		res.Note = "kept up with the sender, which set the rate"
-		if r.veth && r.c.Kind != TxOnly {
-			res.Note += " (on veth the receive work runs in the sender's context: both share its CPU)"
-		}
+		res.Note = "kept up with the sender"
 	}
 	return res
 }
@@ -289,7 +286,8 @@ func notes(o Options) []string {
 	var n []string
 	gen := fmt.Sprintf("The generator runs on CPU %d", o.genCPU())
 	if o.Pair == nil {
-		gen += ", and so does the kernel's receive work for the veth end under test: veth runs it in the sender's context (there are no hardware queues or interrupts)"
+		gen += ", and so does the kernel's receive work for the veth end under test: veth runs it in the sender's context (there are no hardware queues or interrupts). " +
+			"A row that kept up with the sender measures both together on that CPU"
 	}
 	n = append(n, gen+".")
 	if len(o.CPUs) == 2 {
