@@ -11,8 +11,8 @@ type Report struct {
 	Settings Settings  `json:"settings"`
 	Started  time.Time `json:"started"`
 	Seconds  float64   `json:"seconds"` // the whole run, setup included
-	// LoadAvg is the 1-minute load average when the run started: other
-	// work on the machine takes CPU time from the figures.
+	// LoadAvg is the 1-minute load average when the run started (a slow
+	// average: each row's OtherCPUPct says what other work really took).
 	LoadAvg float64 `json:"load_avg_1m"`
 	// LoadAvgEnd is the same when the run ended (it includes the run's
 	// own generator and application, about 1 to 2).

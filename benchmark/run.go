@@ -180,9 +180,6 @@ func Run(ctx context.Context, cases []Case, opts Options) (*Report, error) {
 		LoadAvg:  loadAvg(),
 		Notes:    notes(opts),
 	}
-	if rep.LoadAvg >= 0.5 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("Other work was running when the run started (load average %.2f): it took CPU time from these figures.", rep.LoadAvg))
-	}
 	rows := map[string]*row{}
 	var order []*row // measured rows, in plan order
 	for i, c := range cases {
@@ -225,6 +222,14 @@ passes:
 		res.Case = c
 		rep.Results = append(rep.Results, res)
 		opts.progress(Event{Index: i, Total: len(cases), Case: c, Stage: "done", Result: &res})
+	}
+	var worst float64
+	for _, r := range rep.Results {
+		worst = max(worst, r.OtherCPUPct, r.StealPct)
+	}
+	if worst > 10 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("Other work (or other guests) took up to %.0f%% of the CPUs during some rows: "+
+			"those rows (other CPU, steal) are disturbed.", worst))
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	rep.LoadAvgEnd = loadAvg()
