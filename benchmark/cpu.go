@@ -112,5 +112,3 @@ func pidOf(r Running) (int, bool) {
 	}
 	return p.Pid(), true
 }
-
-func (r *commandRun) Pid() int { return r.cmd.Process.Pid }

@@ -210,6 +210,10 @@ type commandRun struct {
 
 func (r *commandRun) Done() <-chan struct{} { return r.done }
 
+// Pid is the generator's process id, so that its CPU time counts as the
+// benchmark's own.
+func (r *commandRun) Pid() int { return r.cmd.Process.Pid }
+
 func (r *commandRun) Stop() error {
 	r.once.Do(func() {
 		select {
