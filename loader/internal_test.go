@@ -87,7 +87,7 @@ func TestChooseMode(t *testing.T) {
 }
 
 func TestPinNames(t *testing.T) {
-	for _, n := range []string{"eth0", "eth0.100", "a%2eb", "x:y", "%"} {
+	for _, n := range []string{"eth3", "eth3.100", "a%2eb", "x:y", "%"} {
 		e := escapePin(n)
 		require.NotContains(t, e, ".", "bpffs refuses dots")
 		require.NotContains(t, e, ":", "reserved for temporary names")
@@ -97,7 +97,7 @@ func TestPinNames(t *testing.T) {
 		require.Error(t, checkName("interface", bad), "%q", bad)
 	}
 	require.False(t, tmpOwnerAlive("tmp:notapid:x"))
-	require.False(t, tmpOwnerAlive("eth0"))
+	require.False(t, tmpOwnerAlive("eth3"))
 }
 
 func TestParseXDPAttr(t *testing.T) {

@@ -13,7 +13,7 @@
 //
 //	red, err := xsk.NewRedirect(xsk.RedirectOptions{})
 //	// attach red.Program() to the device
-//	s, err := xsk.Open(xsk.Options{Interface: "eth0", Queue: 0})
+//	s, err := xsk.Open(xsk.Options{Interface: "eth3", Queue: 0})
 //	err = red.Register(s)
 //	err = s.Run(ctx, func(frames []xsk.Frame, v []xsk.Verdict) error {
 //		// inspect frames[i].Data; v[i] = xsk.Transmit to send it back out

@@ -826,7 +826,7 @@ func TestOptionsValidation(t *testing.T) {
 }
 
 func Example() {
-	// Load the redirect program; attach red.Program() to eth0 with package
+	// Load the redirect program; attach red.Program() to eth3 with package
 	// loader (or link.AttachXDP) before traffic can reach the socket.
 	red, err := xsk.NewRedirect(xsk.RedirectOptions{})
 	if err != nil {
@@ -834,7 +834,7 @@ func Example() {
 		return
 	}
 	defer red.Close()
-	s, err := xsk.Open(xsk.Options{Interface: "eth0", Queue: 0})
+	s, err := xsk.Open(xsk.Options{Interface: "eth3", Queue: 0})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -855,7 +855,7 @@ func Example() {
 }
 
 func ExampleL2Fwd() {
-	s, err := xsk.Open(xsk.Options{Interface: "eth0", Queue: 0})
+	s, err := xsk.Open(xsk.Options{Interface: "eth3", Queue: 0})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -868,7 +868,7 @@ func ExampleL2Fwd() {
 }
 
 func ExampleSocket_Receive() {
-	s, err := xsk.Open(xsk.Options{Interface: "eth0", Queue: 0})
+	s, err := xsk.Open(xsk.Options{Interface: "eth3", Queue: 0})
 	if err != nil {
 		fmt.Println(err)
 		return
