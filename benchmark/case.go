@@ -102,7 +102,7 @@ func (c Case) Name() string {
 	var b strings.Builder
 	b.WriteString(string(c.Kind))
 	if c.Kind == DropFast {
-		fmt.Fprintf(&b, " %s rules", countName(c.Rules))
+		fmt.Fprintf(&b, " %s rules", CountName(c.Rules))
 	}
 	fmt.Fprintf(&b, " %dB", c.FrameSize)
 	if c.Kind.IsAFXDP() {
@@ -235,8 +235,8 @@ func onOff(b bool) string {
 	return "off"
 }
 
-// countName writes 10000 as 10k and 1000000 as 1M.
-func countName(n int) string {
+// CountName writes 10000 as 10k and 1000000 as 1M, as row names do.
+func CountName(n int) string {
 	switch {
 	case n >= 1_000_000 && n%1_000_000 == 0:
 		return fmt.Sprintf("%dM", n/1_000_000)

@@ -71,6 +71,17 @@ func (m WaitMode) String() string {
 	return fmt.Sprintf("WaitMode(%d)", int(m))
 }
 
+// ParseWaitMode reads a wait mode by its String name: adaptive, block,
+// poll or spin.
+func ParseWaitMode(s string) (WaitMode, error) {
+	for _, m := range []WaitMode{WaitAdaptive, WaitBlock, WaitPoll, WaitSpin} {
+		if m.String() == s {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("xsk: wait mode %q: %w (want adaptive, block, poll or spin)", s, ErrInvalidOptions)
+}
+
 // BusyPoll configures preferred busy polling (Linux 5.11+): the socket's
 // system calls run the driver's NAPI loop in the calling thread instead of
 // in softirq. It pays off only with the device's napi_defer_hard_irqs and

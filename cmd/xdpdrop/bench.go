@@ -180,16 +180,7 @@ func (f *benchFlags) options(fl *pflag.FlagSet) (benchmark.Options, benchmark.Pl
 		return opts, plan, usagef("--peer-netns needs --host and --peer")
 	}
 	opts.Flows, opts.Batch = f.flows, f.batch
-	switch f.wait {
-	case "spin":
-		opts.Wait = xsk.WaitSpin
-	case "adaptive":
-		opts.Wait = xsk.WaitAdaptive
-	case "block":
-		opts.Wait = xsk.WaitBlock
-	case "poll":
-		opts.Wait = xsk.WaitPoll
-	default:
+	if opts.Wait, err = xsk.ParseWaitMode(f.wait); err != nil {
 		return opts, plan, usagef("--wait %q: want spin, adaptive, block or poll", f.wait)
 	}
 	if opts.CPUs, err = intList("--cpus", f.cpus, 0, 1023); err != nil {
@@ -408,7 +399,7 @@ func rowLabel(r benchmark.Result) string {
 		case benchmark.DropNative:
 			return "XDP drop, native mode"
 		case benchmark.DropFast:
-			return fmt.Sprintf("fast drop, %s prefix rules", countName(r.Rules))
+			return fmt.Sprintf("fast drop, %s prefix rules", benchmark.CountName(r.Rules))
 		}
 	case benchmark.TableNeedWakeup:
 		return fmt.Sprintf("%s, %s, %s", r.Kind, place, nw)
@@ -458,16 +449,6 @@ func count(n uint64) string {
 		return fmt.Sprintf("%.0fk", float64(n)/1e3)
 	}
 	return strconv.FormatUint(n, 10)
-}
-
-func countName(n int) string {
-	switch {
-	case n >= 1_000_000 && n%1_000_000 == 0:
-		return fmt.Sprintf("%dM", n/1_000_000)
-	case n >= 1000 && n%1000 == 0:
-		return fmt.Sprintf("%dk", n/1000)
-	}
-	return strconv.Itoa(n)
 }
 
 func secs(s float64) string { return (time.Duration(s * float64(time.Second))).String() }

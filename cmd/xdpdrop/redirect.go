@@ -177,18 +177,11 @@ func (f *redirectFlags) socketOptions(queue int, umem *xsk.UMEM) (xsk.Options, e
 	case f.zeroCopy:
 		o.Bind = xsk.BindZeroCopy
 	}
-	switch f.wait {
-	case "adaptive":
-		o.Wait = xsk.WaitAdaptive
-	case "block":
-		o.Wait = xsk.WaitBlock
-	case "poll":
-		o.Wait = xsk.WaitPoll
-	case "spin":
-		o.Wait = xsk.WaitSpin
-	default:
+	w, err := xsk.ParseWaitMode(f.wait)
+	if err != nil {
 		return o, usagef("--wait %q: want adaptive, block, poll or spin", f.wait)
 	}
+	o.Wait = w
 	if f.busyPoll {
 		o.BusyPoll = xsk.BusyPoll{Enable: true, Budget: f.budget}
 	}
