@@ -100,7 +100,7 @@ int xdp_lpm_baseline(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct fd_pkt p = {};
+	struct fd_pkt p;
 	__u32 verdict = XDP_PASS, *val = NULL;
 	struct counter *cnt;
 

@@ -104,6 +104,17 @@ enum fd_layout {
 	FD_B64_DST6 = 200192,
 	FD_B64_HALF = 201216,
 
+	/* fd_cls: per half one value, struct fd_cls_half. */
+	FD_CLS_TAB = 0,                 /* byte offset of tab */
+	FD_CLS_BM = FD_TAB_HALF * 2,    /* of bm */
+	FD_CLS_B64 = FD_CLS_BM + FD_BM_HALF * 32, /* of b64 */
+	FD_CLS_SIZE = FD_CLS_B64 + FD_B64_HALF * 8,
+
+	/* DIR-24-8 sizes: tbl24 entries per half, entries per tbl8 group. */
+	FD_V4_TBL24 = 1 << 24,
+	FD_V4_GROUP = 256,
+	FD_V6_ENT_SIZE = 32,
+
 	/* fd_v6_tab entry flags. */
 	FD_V6_USED = 1,
 	FD_V6_MARKER = 2,  /* longer prefixes exist below: search on */
@@ -134,17 +145,11 @@ struct fd_conf {
 	__u32 ncompound;
 	__u32 v4_count;      /* IPv4 prefix rules; 0 skips the lookup */
 	__u32 v6_count;      /* IPv6 prefix rules; 0 skips the lookup */
-	__u32 v4_tbl24_base; /* this half's first line in fd_v4_tbl24 */
-	__u32 v4_tbl8_base;  /* this half's first line in fd_v4_tbl8 */
-	__u32 v6_base;       /* this half's first entry in fd_v6_tab */
 	__u32 v6_mask;       /* entries in use - 1 (a power of two - 1) */
 	__u32 v6_shift;      /* 64 - log2(entries in use) */
 	__u32 v6_default;    /* val of a ::/0 prefix rule, 0 if none */
+	__u32 half;          /* which half this is: the key of its tables */
 	__u64 v6_seed;
-	__u32 cls_tab_base; /* this half's first u16 in fd_cls_tab */
-	__u32 cls_bm_base;  /* this half's first bitmap in fd_cls_bm */
-	__u32 cls_b64_base; /* this half's first u64 in fd_cls_bm64 */
-	__u32 pad;
 	/* Binary search tree over the distinct IPv6 prefix lengths: node n
 	 * has children 2n and 2n+1, 0 = no node; node 0 is unused. */
 	__u8 v6_tree[256];
@@ -155,18 +160,11 @@ struct fd_conf {
 	__u32 crule[FD_MAX_COMPOUND];
 };
 
-/* 16 DIR-24-8 entries; packed so 16M entries take 64 MiB (array slots
- * are rounded up to 8 bytes, so a u32-valued array would take twice). */
-struct fd_line {
-	__u32 e[16];
-};
-
-struct fd_line16 {
-	__u16 e[32];
-};
-
-struct fd_line64 {
-	__u64 e[8];
+/* One half of the compound-rule tables: the value of fd_cls. */
+struct fd_cls_half {
+	__u16 tab[FD_TAB_HALF];
+	struct fd_bm bm[FD_BM_HALF];
+	__u64 b64[FD_B64_HALF];
 };
 
 /* One entry of the IPv6 prefix hash table (binary search on prefix
@@ -239,6 +237,7 @@ struct fd_pkt {
 	__u8 proto;
 	__u8 nonfirst; /* a fragment with offset != 0 */
 	__u8 has_ports;
+	__u8 kind; /* family (0, 4 or 8) | nonfirst << 1 | has_ports */
 };
 
 struct fd_result {
@@ -263,56 +262,50 @@ struct {
 	__uint(max_entries, 2);
 } fd_confs SEC(".maps");
 
+/* Every table below is one map value per half (or, for the tbl8 pool,
+ * per group), so a packet pays one lookup per table it needs, and then
+ * indexes the value directly: the verifier bounds each index by the value
+ * size. */
+
 /* DIR-24-8 (as DPDK's rte_lpm): the top 24 bits index tbl24; an entry is a
- * val, or (bit 31) a tbl8 group of 256 entries for the last 8 bits. Sizes
- * are set from Go at load; both halves in each map. */
+ * val, or (bit 31) a tbl8 group of 256 entries for the last 8 bits. One
+ * tbl24 per half; the group pool is shared by the halves and sized from
+ * Go at load. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, struct fd_line);
-	__uint(max_entries, 2 << 20);
+	__uint(key_size, 4);
+	__uint(value_size, FD_V4_TBL24 * 4);
+	__uint(max_entries, 2);
 } fd_v4_tbl24 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, struct fd_line);
-	__uint(max_entries, 2 * 16 * 1024);
+	__uint(key_size, 4);
+	__uint(value_size, FD_V4_GROUP * 4);
+	__uint(max_entries, 2 * 1024);
 } fd_v4_tbl8 SEC(".maps");
 
+/* The IPv6 hash table, fd_v6_cap entries per half (value size set from
+ * Go at load). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, struct fd_v6_ent);
-	__uint(max_entries, 2 * 1024);
+	__uint(key_size, 4);
+	__uint(value_size, 1024 * FD_V6_ENT_SIZE);
+	__uint(max_entries, 2);
 } fd_v6_tab SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, struct fd_line16);
-	__uint(max_entries, 2 * FD_TAB_HALF / 32);
-} fd_cls_tab SEC(".maps");
+volatile const __u32 fd_v6_cap = 1024;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, struct fd_bm);
-	__uint(max_entries, 2 * FD_BM_HALF);
-} fd_cls_bm SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, struct fd_line64);
-	__uint(max_entries, 2 * FD_B64_HALF / 8);
-} fd_cls_bm64 SEC(".maps");
+	__uint(key_size, 4);
+	__uint(value_size, sizeof(struct fd_cls_half));
+	__uint(max_entries, 2);
+} fd_cls SEC(".maps");
 
 /* Counters: fd_counter_slots slots per possible CPU, CPU-major. Each CPU
  * only writes its own slots, and an XDP program is not preempted on its
@@ -348,45 +341,22 @@ volatile const struct {
 	enum fd_layout layout;
 	enum fd_rec_flags rec_flags;
 	struct fd_trace_rec trace;
+	struct fd_v6_ent v6;
 } fd_btf_anchor = {};
 
 /* ---- compound rules: bit-vector classifier ---- */
 
-static __always_inline __u16 fd_cls16(__u32 idx)
+/* Multibit trie over an IPv4 address (host order) in a half's class table:
+ * 16 + 8 + 8 bits. Chunk indexes are masked to the pool's size, which Go
+ * never exceeds, so the verifier sees every read inside the table. */
+static __always_inline __u16 fd_trie4(const struct fd_cls_half *t, __u32 tab, __u32 a)
 {
-	__u32 k = idx >> 5;
-	struct fd_line16 *l = bpf_map_lookup_elem(&fd_cls_tab, &k);
-
-	if (!l)
-		return 0;
-	return l->e[idx & 31];
-}
-
-/* acc &= bitmap idx; returns whether any bit is left. */
-static __always_inline int fd_bm_and(struct fd_bm *acc, __u32 idx)
-{
-	struct fd_bm *b = bpf_map_lookup_elem(&fd_cls_bm, &idx);
-
-	if (!b) {
-		acc->w[0] = acc->w[1] = acc->w[2] = acc->w[3] = 0;
-		return 0;
-	}
-	acc->w[0] &= b->w[0];
-	acc->w[1] &= b->w[1];
-	acc->w[2] &= b->w[2];
-	acc->w[3] &= b->w[3];
-	return (acc->w[0] | acc->w[1] | acc->w[2] | acc->w[3]) != 0;
-}
-
-/* Multibit trie over an IPv4 address (host order): 16 + 8 + 8 bits. */
-static __always_inline __u16 fd_trie4(__u32 tab, __u32 pool, __u32 a)
-{
-	__u16 e = fd_cls16(tab + (a >> 16));
+	__u16 e = t->tab[tab + (a >> 16)];
 
 	if (e & FD_TAB_EXT) {
-		e = fd_cls16(pool + ((__u32)(e & 0x7fff) << 8) + ((a >> 8) & 0xff));
+		e = t->tab[FD_TAB_POOL + ((__u32)(e & (FD_TAB_CHUNKS - 1)) << 8) + ((a >> 8) & 0xff)];
 		if (e & FD_TAB_EXT)
-			e = fd_cls16(pool + ((__u32)(e & 0x7fff) << 8) + (a & 0xff));
+			e = t->tab[FD_TAB_POOL + ((__u32)(e & (FD_TAB_CHUNKS - 1)) << 8) + (a & 0xff)];
 	}
 	return e & 0x7fff;
 }
@@ -394,18 +364,22 @@ static __always_inline __u16 fd_trie4(__u32 tab, __u32 pool, __u32 a)
 /* Multibit trie over an IPv6 address (hi, lo as loaded from the packet):
  * 16 bits, then 8 per level. A global function: the verifier checks its
  * loop once instead of once per path into it. */
-__noinline __u32 fd_trie6(__u32 tab, __u32 pool, __u64 hi, __u64 lo)
+__noinline __u32 fd_trie6(const struct fd_cls_half *t, int dst, __u64 hi, __u64 lo)
 {
-	__u32 e = fd_cls16(tab + ((__u32)(hi & 0xff) << 8 | (__u32)((hi >> 8) & 0xff)));
+	__u32 tab = dst ? FD_TAB_DST6 : FD_TAB_SRC6;
+	__u32 e;
 	int i;
 
+	if (!t)
+		return 0;
+	e = t->tab[tab + ((__u32)(hi & 0xff) << 8 | (__u32)((hi >> 8) & 0xff))];
 	for (i = 2; i < 16; i++) {
 		__u64 w = i < 8 ? hi : lo;
 		__u32 b = (w >> ((i & 7) * 8)) & 0xff;
 
 		if (!(e & FD_TAB_EXT))
 			break;
-		e = fd_cls16(pool + ((e & 0x7fff) << 8) + b);
+		e = t->tab[FD_TAB_POOL + ((e & (FD_TAB_CHUNKS - 1)) << 8) + b];
 	}
 	return e & 0x7fff;
 }
@@ -440,11 +414,24 @@ static __always_inline __u32 fd_ctz64(__u64 x)
 	return n;
 }
 
+/* The index of a frame's kind in fd_conf.kind: set by fd_parse. */
 static __always_inline __u32 fd_kind(const struct fd_pkt *p)
 {
-	__u32 fam = p->family == 4 ? 1 : p->family == 6 ? 2 : 0;
+	return p->kind;
+}
 
-	return fam * 4 + (p->nonfirst ? 2 : 0) + (p->has_ports ? 1 : 0);
+/* acc &= bitmap of class cls of field fld; returns whether any bit is
+ * left. */
+static __always_inline int fd_bm_and(struct fd_bm *acc, const struct fd_cls_half *t,
+				     __u32 fld, __u32 cls)
+{
+	const struct fd_bm *b = &t->bm[fld * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))];
+
+	acc->w[0] &= b->w[0];
+	acc->w[1] &= b->w[1];
+	acc->w[2] &= b->w[2];
+	acc->w[3] &= b->w[3];
+	return (acc->w[0] | acc->w[1] | acc->w[2] | acc->w[3]) != 0;
 }
 
 /* fd_compound returns the position of the first compound rule that
@@ -454,17 +441,15 @@ static __always_inline __u32 fd_kind(const struct fd_pkt *p)
  * its lowest bit is the first in file order (Lakshman and Stiliadis's bit
  * vector search, as in bpf-iptables). Fields no rule uses cost one test.
  * Global (not inlined) so the verifier checks it once. */
-__noinline int fd_compound(const struct fd_conf *c, const struct fd_pkt *p)
+__noinline int fd_compound(const struct fd_conf *c, const struct fd_cls_half *t,
+			   const struct fd_pkt *p)
 {
-	__u32 fields, tab, bm, kind;
+	__u32 fields, kind;
 	struct fd_bm acc;
-	__u16 cls;
 
-	if (!c || !p)
+	if (!c || !t || !p)
 		return -1;
 	fields = c->fields;
-	tab = c->cls_tab_base;
-	bm = c->cls_bm_base;
 	kind = fd_kind(p);
 	if (kind >= FD_KINDS)
 		return -1;
@@ -473,48 +458,42 @@ __noinline int fd_compound(const struct fd_conf *c, const struct fd_pkt *p)
 		return -1;
 
 	if (fields & (1 << FD_FLD_ETHER)) {
-		cls = fd_cls16(tab + FD_TAB_ETHER + p->ethertype);
-		if (!fd_bm_and(&acc, bm + FD_FLD_ETHER * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+		if (!fd_bm_and(&acc, t, FD_FLD_ETHER, t->tab[FD_TAB_ETHER + p->ethertype]))
 			return -1;
 	}
 	if (p->family) {
 		if (fields & (1 << FD_FLD_PROTO)) {
-			cls = fd_cls16(tab + FD_TAB_PROTO + p->proto);
-			if (!fd_bm_and(&acc, bm + FD_FLD_PROTO * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+			if (!fd_bm_and(&acc, t, FD_FLD_PROTO, t->tab[FD_TAB_PROTO + p->proto]))
 				return -1;
 		}
 		if (p->has_ports) {
 			if (fields & (1 << FD_FLD_DPORT)) {
-				cls = fd_cls16(tab + FD_TAB_DPORT + p->dport);
-				if (!fd_bm_and(&acc, bm + FD_FLD_DPORT * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+				if (!fd_bm_and(&acc, t, FD_FLD_DPORT, t->tab[FD_TAB_DPORT + p->dport]))
 					return -1;
 			}
 			if (fields & (1 << FD_FLD_SPORT)) {
-				cls = fd_cls16(tab + FD_TAB_SPORT + p->sport);
-				if (!fd_bm_and(&acc, bm + FD_FLD_SPORT * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+				if (!fd_bm_and(&acc, t, FD_FLD_SPORT, t->tab[FD_TAB_SPORT + p->sport]))
 					return -1;
 			}
 		}
 		if (p->family == 4) {
 			if (fields & (1 << FD_FLD_SRC4)) {
-				cls = fd_trie4(tab + FD_TAB_SRC4, tab + FD_TAB_POOL, p->src4);
-				if (!fd_bm_and(&acc, bm + FD_FLD_SRC4 * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+				if (!fd_bm_and(&acc, t, FD_FLD_SRC4, fd_trie4(t, FD_TAB_SRC4, p->src4)))
 					return -1;
 			}
 			if (fields & (1 << FD_FLD_DST4)) {
-				cls = fd_trie4(tab + FD_TAB_DST4, tab + FD_TAB_POOL, p->dst4);
-				if (!fd_bm_and(&acc, bm + FD_FLD_DST4 * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+				if (!fd_bm_and(&acc, t, FD_FLD_DST4, fd_trie4(t, FD_TAB_DST4, p->dst4)))
 					return -1;
 			}
 		} else {
 			if (fields & (1 << FD_FLD_SRC6)) {
-				cls = fd_trie6(tab + FD_TAB_SRC6, tab + FD_TAB_POOL, p->src6[0], p->src6[1]);
-				if (!fd_bm_and(&acc, bm + FD_FLD_SRC6 * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+				if (!fd_bm_and(&acc, t, FD_FLD_SRC6,
+					       fd_trie6(t, 0, p->src6[0], p->src6[1])))
 					return -1;
 			}
 			if (fields & (1 << FD_FLD_DST6)) {
-				cls = fd_trie6(tab + FD_TAB_DST6, tab + FD_TAB_POOL, p->dst6[0], p->dst6[1]);
-				if (!fd_bm_and(&acc, bm + FD_FLD_DST6 * FD_BM_FIELD + (cls & (FD_BM_FIELD - 1))))
+				if (!fd_bm_and(&acc, t, FD_FLD_DST6,
+					       fd_trie6(t, 1, p->dst6[0], p->dst6[1])))
 					return -1;
 			}
 		}
@@ -531,31 +510,19 @@ __noinline int fd_compound(const struct fd_conf *c, const struct fd_pkt *p)
 	return -1;
 }
 
-static __always_inline __u64 fd_b64(__u32 idx)
-{
-	__u32 k = idx >> 3;
-	struct fd_line64 *l = bpf_map_lookup_elem(&fd_cls_bm64, &k);
-
-	if (!l)
-		return 0;
-	return l->e[idx & 7];
-}
-
 /* fd_compound64 is fd_compound for at most 64 rules: a bitmap is one
  * word, and ports, protocol and EtherType index their bitmaps directly,
  * so each field costs one read (addresses: the trie's, then one). The
  * most selective fields come first, to find an empty set early. */
-__noinline int fd_compound64(const struct fd_conf *c, const struct fd_pkt *p)
+static __always_inline int fd_compound64(const struct fd_conf *c, const struct fd_cls_half *t,
+					 const struct fd_pkt *p)
 {
-	__u32 fields, tab, b64, kind;
+	__u32 fields, kind;
 	__u64 acc;
-	__u16 cls;
 
-	if (!c || !p)
+	if (!c || !t || !p)
 		return -1;
 	fields = c->fields;
-	tab = c->cls_tab_base;
-	b64 = c->cls_b64_base;
 	kind = fd_kind(p);
 	if (kind >= FD_KINDS)
 		return -1;
@@ -564,51 +531,49 @@ __noinline int fd_compound64(const struct fd_conf *c, const struct fd_pkt *p)
 		return -1;
 	if (p->family) {
 		if (fields & (1 << FD_FLD_PROTO)) {
-			acc &= fd_b64(b64 + FD_B64_PROTO + p->proto);
+			acc &= t->b64[FD_B64_PROTO + p->proto];
 			if (!acc)
 				return -1;
 		}
 		if (p->has_ports) {
 			if (fields & (1 << FD_FLD_DPORT)) {
-				acc &= fd_b64(b64 + FD_B64_DPORT + p->dport);
+				acc &= t->b64[FD_B64_DPORT + p->dport];
 				if (!acc)
 					return -1;
 			}
 			if (fields & (1 << FD_FLD_SPORT)) {
-				acc &= fd_b64(b64 + FD_B64_SPORT + p->sport);
+				acc &= t->b64[FD_B64_SPORT + p->sport];
 				if (!acc)
 					return -1;
 			}
 		}
 	}
 	if (fields & (1 << FD_FLD_ETHER)) {
-		acc &= fd_b64(b64 + FD_B64_ETHER + p->ethertype);
+		acc &= t->b64[FD_B64_ETHER + p->ethertype];
 		if (!acc)
 			return -1;
 	}
 	if (p->family == 4) {
 		if (fields & (1 << FD_FLD_SRC4)) {
-			cls = fd_trie4(tab + FD_TAB_SRC4, tab + FD_TAB_POOL, p->src4);
-			acc &= fd_b64(b64 + FD_B64_SRC4 + (cls & (FD_BM_FIELD - 1)));
+			acc &= t->b64[FD_B64_SRC4 + (fd_trie4(t, FD_TAB_SRC4, p->src4) & (FD_BM_FIELD - 1))];
 			if (!acc)
 				return -1;
 		}
 		if (fields & (1 << FD_FLD_DST4)) {
-			cls = fd_trie4(tab + FD_TAB_DST4, tab + FD_TAB_POOL, p->dst4);
-			acc &= fd_b64(b64 + FD_B64_DST4 + (cls & (FD_BM_FIELD - 1)));
+			acc &= t->b64[FD_B64_DST4 + (fd_trie4(t, FD_TAB_DST4, p->dst4) & (FD_BM_FIELD - 1))];
 			if (!acc)
 				return -1;
 		}
 	} else if (p->family == 6) {
 		if (fields & (1 << FD_FLD_SRC6)) {
-			cls = fd_trie6(tab + FD_TAB_SRC6, tab + FD_TAB_POOL, p->src6[0], p->src6[1]);
-			acc &= fd_b64(b64 + FD_B64_SRC6 + (cls & (FD_BM_FIELD - 1)));
+			acc &= t->b64[FD_B64_SRC6 + (fd_trie6(t, 0, p->src6[0], p->src6[1]) &
+						     (FD_BM_FIELD - 1))];
 			if (!acc)
 				return -1;
 		}
 		if (fields & (1 << FD_FLD_DST6)) {
-			cls = fd_trie6(tab + FD_TAB_DST6, tab + FD_TAB_POOL, p->dst6[0], p->dst6[1]);
-			acc &= fd_b64(b64 + FD_B64_DST6 + (cls & (FD_BM_FIELD - 1)));
+			acc &= t->b64[FD_B64_DST6 + (fd_trie6(t, 1, p->dst6[0], p->dst6[1]) &
+						     (FD_BM_FIELD - 1))];
 			if (!acc)
 				return -1;
 		}
@@ -622,20 +587,19 @@ __noinline int fd_compound64(const struct fd_conf *c, const struct fd_pkt *p)
  * /24 holds longer prefixes. */
 static __always_inline __u32 fd_v4_lookup(const struct fd_conf *c, __u32 a)
 {
-	__u32 i24 = a >> 8;
-	__u32 k = c->v4_tbl24_base + (i24 >> 4);
-	struct fd_line *l = bpf_map_lookup_elem(&fd_v4_tbl24, &k);
-	__u32 e;
+	const __u32 *t24 = bpf_map_lookup_elem(&fd_v4_tbl24, &c->half);
+	const __u32 *g;
+	__u32 e, k;
 
-	if (!l)
+	if (!t24)
 		return 0;
-	e = l->e[i24 & 15];
+	e = t24[a >> 8];
 	if (e & FD_V4_EXT) {
-		k = c->v4_tbl8_base + ((e & ~FD_V4_EXT) << 4) + ((a & 0xff) >> 4);
-		l = bpf_map_lookup_elem(&fd_v4_tbl8, &k);
-		if (!l)
+		k = e & ~FD_V4_EXT;
+		g = bpf_map_lookup_elem(&fd_v4_tbl8, &k);
+		if (!g)
 			return 0;
-		e = l->e[a & 15];
+		e = g[a & 0xff];
 	}
 	return e;
 }
@@ -668,19 +632,27 @@ static __always_inline __u64 fd_mask64(__u32 bits)
  * space keeps every key within FD_V6_PROBES of its home. */
 __noinline __u64 fd_v6_probe(const struct fd_conf *c, __u64 mh, __u64 ml, __u32 len)
 {
-	__u32 idx, base, mask;
+	const struct fd_v6_ent *tab;
+	__u32 idx, mask;
 	int j;
 
 	if (!c)
 		return 0;
-	base = c->v6_base;
+	tab = bpf_map_lookup_elem(&fd_v6_tab, &c->half);
+	if (!tab)
+		return 0;
 	mask = c->v6_mask;
 	idx = fd_v6_hash(mh, ml, len, c->v6_seed) >> (c->v6_shift & 63);
 	for (j = 0; j < FD_V6_PROBES; j++) {
-		__u32 k = base + ((idx + j) & mask);
-		struct fd_v6_ent *e = bpf_map_lookup_elem(&fd_v6_tab, &k);
+		__u32 k = (idx + j) & mask;
+		const struct fd_v6_ent *e;
 
-		if (!e || !(e->flags & FD_V6_USED) || e->dist < j)
+		/* Never true (the table in use fits the map); it tells the
+		 * verifier so. */
+		if (k >= fd_v6_cap)
+			return 0;
+		e = &tab[k];
+		if (!(e->flags & FD_V6_USED) || e->dist < j)
 			return 0;
 		if (e->hi == mh && e->lo == ml && e->len == len)
 			return (__u64)e->flags << 32 | e->val;
@@ -731,17 +703,24 @@ __noinline __u32 fd_v6_lookup(const struct fd_conf *c, __u64 hi, __u64 lo)
 
 /* ---- the whole evaluation ---- */
 
-/* fd_parse fills p (zeroed by the caller); returns -1 for a malformed
- * frame. */
+/* fd_parse fills p; returns -1 for a malformed frame. It writes only the
+ * fields that the frame's kind makes meaningful (addresses of its family,
+ * ports when it has them), and readers look at no others: zeroing the
+ * whole struct for every frame would cost more than the rest of it. */
 static __always_inline int fd_parse(struct xdp_md *ctx, struct fd_pkt *p)
 {
 	void *data, *data_end;
 	struct hdr_cursor nh;
 	int et, proto;
+	__u8 kind;
 
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	nh.pos = data;
+	p->family = 0;
+	p->nonfirst = 0;
+	p->has_ports = 0;
+	p->kind = 0;
 
 	et = parse_ethhdr(&nh, data_end);
 	if (et < 0)
@@ -759,6 +738,7 @@ static __always_inline int fd_parse(struct xdp_md *ctx, struct fd_pkt *p)
 		p->src4 = bpf_ntohl(iph->saddr);
 		p->dst4 = bpf_ntohl(iph->daddr);
 		p->nonfirst = (bpf_ntohs(iph->frag_off) & 0x1fff) != 0;
+		kind = 4;
 	} else if (et == ETH_P_IPV6) {
 		struct ipv6hdr *ip6h;
 
@@ -772,11 +752,14 @@ static __always_inline int fd_parse(struct xdp_md *ctx, struct fd_pkt *p)
 			return -1;
 		p->family = 6;
 		p->proto = proto;
+		kind = 8;
 	} else {
-		return 0;
+		return 0; /* kind 0 */
 	}
 
-	if (!p->nonfirst && (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP)) {
+	if (p->nonfirst) {
+		kind |= 2;
+	} else if (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) {
 		__u16 *ports = nh.pos;
 		__u32 need = p->proto == IPPROTO_TCP ? 20 : 8;
 
@@ -787,7 +770,9 @@ static __always_inline int fd_parse(struct xdp_md *ctx, struct fd_pkt *p)
 		p->sport = bpf_ntohs(ports[0]);
 		p->dport = bpf_ntohs(ports[1]);
 		p->has_ports = 1;
+		kind |= 1;
 	}
+	p->kind = kind;
 	return 0;
 }
 
@@ -796,7 +781,7 @@ static __always_inline int fd_parse(struct xdp_md *ctx, struct fd_pkt *p)
 static __always_inline struct fd_result fd_match(const struct fd_conf *c, struct xdp_md *ctx)
 {
 	struct fd_result r = {};
-	struct fd_pkt p = {};
+	struct fd_pkt p;
 	int i;
 
 	if (fd_parse(ctx, &p) < 0) {
@@ -806,10 +791,12 @@ static __always_inline struct fd_result fd_match(const struct fd_conf *c, struct
 	}
 
 	if (c->ncompound) {
+		const struct fd_cls_half *t = bpf_map_lookup_elem(&fd_cls, &c->half);
+
 		if (c->ncompound <= 64)
-			i = fd_compound64(c, &p);
+			i = fd_compound64(c, t, &p);
 		else
-			i = fd_compound(c, &p);
+			i = fd_compound(c, t, &p);
 		/* The verifier knows nothing of a global function's result;
 		 * keep clang from dropping the mask below because it does. */
 		asm volatile("" : "+r"(i));

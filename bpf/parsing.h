@@ -61,7 +61,9 @@ static __always_inline int parse_ethhdr(struct hdr_cursor *nh, void *data_end)
 	if ((void *)(eth + 1) > data_end)
 		return -1;
 	nh->pos = eth + 1;
-	h_proto = eth->h_proto;
+	/* One 16-bit load: struct ethhdr is packed, so eth->h_proto would
+	 * be read a byte at a time. */
+	h_proto = *(__be16 *)((void *)eth + 12);
 
 #pragma unroll
 	for (i = 0; i < PARSE_MAX_VLAN; i++) {

@@ -35,8 +35,16 @@ const (
 	recSize      = 64
 	v6EntSize    = 32
 	counterSize  = 16
-	tbl24Entries = 1 << 24
+	tbl24Entries = 1 << 24 // FD_V4_TBL24, untyped (checked below)
+	// Byte offsets in struct fd_cls_half, and its size.
+	clsTab  = int64(gen.FastdropFdLayoutFD_CLS_TAB)
+	clsBm   = int64(gen.FastdropFdLayoutFD_CLS_BM)
+	clsB64  = int64(gen.FastdropFdLayoutFD_CLS_B64)
+	clsSize = int64(gen.FastdropFdLayoutFD_CLS_SIZE)
 )
+
+// tbl24Entries is FD_V4_TBL24, or this does not compile.
+var _ = [1]struct{}{}[tbl24Entries-int(gen.FastdropFdLayoutFD_V4TBL24)]
 
 // Offsets of each field's direct table in the u16 class tables.
 var fieldTab = [8]int{
@@ -50,7 +58,7 @@ var fieldTab = [8]int{
 	gen.FastdropFdFieldFD_FLD_DST6:  int(gen.FastdropFdLayoutFD_TAB_DST6),
 }
 
-// Offsets of each field's bitmaps in fd_cls_bm64 (at most 64 rules).
+// Offsets of each field's bitmaps in fd_cls_half.b64 (at most 64 rules).
 var fieldB64 = [8]int{
 	gen.FastdropFdFieldFD_FLD_ETHER: int(gen.FastdropFdLayoutFD_B64ETHER),
 	gen.FastdropFdFieldFD_FLD_PROTO: int(gen.FastdropFdLayoutFD_B64PROTO),
@@ -325,7 +333,7 @@ type bitmap [4]uint64
 func (b *bitmap) set(i int) { b[i/64] |= 1 << (i % 64) }
 
 // classifier is the compiled form of the compound rules: what goes into a
-// half's share of fd_cls_tab and fd_cls_bm, and its fd_conf fields.
+// half's struct fd_cls_half, and its fd_conf fields.
 type classifier struct {
 	fields uint32
 	kind   [numKinds]bitmap
@@ -333,7 +341,7 @@ type classifier struct {
 	pool   []uint16           // trie chunks of 256 entries
 	bm     []bitmap           // bmHalf entries
 	used   [numField]int      // classes of each field
-	// With at most 64 rules, the same as one-word bitmaps (fd_cls_bm64):
+	// With at most 64 rules, the same as one-word bitmaps (fd_cls_half.b64):
 	// by value for ether, proto and ports, by class for addresses.
 	b64 [numField][]uint64
 	// vals of the rules, in order (fd_conf.crule).

@@ -112,8 +112,8 @@ func (o Options) withDefaults() Options {
 // The maps a later process needs, by the names they are pinned under.
 var mapNames = []string{
 	gen.FastdropMapFdActive, gen.FastdropMapFdConfs, gen.FastdropMapFdV4Tbl24,
-	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV6Tab, gen.FastdropMapFdClsTab,
-	gen.FastdropMapFdClsBm, gen.FastdropMapFdClsBm64, gen.FastdropMapFdCounters,
+	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV6Tab, gen.FastdropMapFdCls,
+	gen.FastdropMapFdCounters,
 	gen.FastdropMapFdRules,
 }
 
@@ -134,7 +134,7 @@ type Engine struct {
 	prog *ebpf.Program
 	maps map[string]*ebpf.Map
 	mem  struct {
-		tbl24, tbl8, v6, clsTab, clsBm, clsB64, counters, rules *ebpf.Memory
+		tbl24, tbl8, v6, cls, counters, rules *ebpf.Memory
 	}
 	syncOuter, syncInner *ebpf.Map
 	lockDir              *os.File
@@ -202,8 +202,11 @@ func New(opts Options) (*Engine, error) {
 	if uint64(nslots) > uint64(valSlotMask) {
 		return nil, fmt.Errorf("fastdrop: MaxRules %d: at most %d", opts.MaxRules, valSlotMask-firstRule)
 	}
-	spec.Maps[gen.FastdropMapFdV4Tbl8].MaxEntries = uint32(2 * opts.IPv4Blocks * 16)
-	spec.Maps[gen.FastdropMapFdV6Tab].MaxEntries = uint32(2 * opts.IPv6Entries)
+	spec.Maps[gen.FastdropMapFdV4Tbl8].MaxEntries = uint32(2 * opts.IPv4Blocks)
+	spec.Maps[gen.FastdropMapFdV6Tab].ValueSize = uint32(opts.IPv6Entries * v6EntSize)
+	if err := spec.Variables[gen.FastdropVarFdV6Cap].Set(uint32(opts.IPv6Entries)); err != nil {
+		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdV6Cap, err)
+	}
 	spec.Maps[gen.FastdropMapFdCounters].MaxEntries = uint32(ncpu * nslots)
 	spec.Maps[gen.FastdropMapFdRules].MaxEntries = uint32(nslots)
 	if err := spec.Variables[gen.FastdropVarFdCounterSlots].Set(uint32(nslots)); err != nil {
@@ -323,8 +326,8 @@ func RuleCount(pinDir string) (int, error) {
 func (e *Engine) setup() error {
 	e.nslots = int(e.maps[gen.FastdropMapFdRules].MaxEntries())
 	e.ncpu = int(e.maps[gen.FastdropMapFdCounters].MaxEntries()) / e.nslots
-	e.groups = int(e.maps[gen.FastdropMapFdV4Tbl8].MaxEntries()) / 16 // the shared pool
-	e.v6cap = int(e.maps[gen.FastdropMapFdV6Tab].MaxEntries()) / 2
+	e.groups = int(e.maps[gen.FastdropMapFdV4Tbl8].MaxEntries()) // the shared pool
+	e.v6cap = int(e.maps[gen.FastdropMapFdV6Tab].ValueSize()) / v6EntSize
 	for _, m := range []struct {
 		name string
 		mem  **ebpf.Memory
@@ -332,9 +335,7 @@ func (e *Engine) setup() error {
 		{gen.FastdropMapFdV4Tbl24, &e.mem.tbl24},
 		{gen.FastdropMapFdV4Tbl8, &e.mem.tbl8},
 		{gen.FastdropMapFdV6Tab, &e.mem.v6},
-		{gen.FastdropMapFdClsTab, &e.mem.clsTab},
-		{gen.FastdropMapFdClsBm, &e.mem.clsBm},
-		{gen.FastdropMapFdClsBm64, &e.mem.clsB64},
+		{gen.FastdropMapFdCls, &e.mem.cls},
 		{gen.FastdropMapFdCounters, &e.mem.counters},
 		{gen.FastdropMapFdRules, &e.mem.rules},
 	} {
@@ -1313,30 +1314,29 @@ func (e *Engine) writeHalf(h uint32) error {
 
 func (e *Engine) writeClassifier(h uint32) error {
 	c := e.cls
-	tabBase := int64(h) * int64(tabHalf) * 2
+	half := int64(h) * clsSize // struct fd_cls_half h in fd_cls
 	for fld := range numField {
 		if c.fields&(1<<fld) == 0 {
 			continue
 		}
-		if _, err := e.mem.clsTab.WriteAt(u16Bytes(c.tabs[fld]), tabBase+int64(fieldTab[fld])*2); err != nil {
+		if _, err := e.mem.cls.WriteAt(u16Bytes(c.tabs[fld]), half+clsTab+int64(fieldTab[fld])*2); err != nil {
 			return fmt.Errorf("write compound rule tables: %w", err)
 		}
 		start := fld * bmField
-		if _, err := e.mem.clsBm.WriteAt(bmBytes(c.bm[start:start+c.used[fld]]), (int64(h)*int64(bmHalf)+int64(start))*32); err != nil {
+		if _, err := e.mem.cls.WriteAt(bmBytes(c.bm[start:start+c.used[fld]]), half+clsBm+int64(start)*32); err != nil {
 			return fmt.Errorf("write compound rule bitmaps: %w", err)
 		}
 	}
 	if len(c.pool) > 0 {
-		if _, err := e.mem.clsTab.WriteAt(u16Bytes(c.pool), tabBase+int64(tabPool)*2); err != nil {
+		if _, err := e.mem.cls.WriteAt(u16Bytes(c.pool), half+clsTab+int64(tabPool)*2); err != nil {
 			return fmt.Errorf("write compound rule tables: %w", err)
 		}
 	}
-	b64Base := int64(h) * int64(b64Half) * 8
 	for fld, s := range c.b64 {
 		if len(s) == 0 {
 			continue
 		}
-		if _, err := e.mem.clsB64.WriteAt(u64Bytes(s), b64Base+int64(fieldB64[fld])*8); err != nil {
+		if _, err := e.mem.cls.WriteAt(u64Bytes(s), half+clsB64+int64(fieldB64[fld])*8); err != nil {
 			return fmt.Errorf("write compound rule bitmaps: %w", err)
 		}
 	}
@@ -1346,22 +1346,17 @@ func (e *Engine) writeClassifier(h uint32) error {
 // confFor is fd_conf for half h.
 func (e *Engine) confFor(h uint32) gen.FastdropFdConf {
 	c := gen.FastdropFdConf{
-		Policy:      gen.FastdropFdAction(e.policy),
-		Malformed:   gen.FastdropFdAction(e.malformed),
-		Fields:      e.cls.fields,
-		V4Count:     uint32(e.v4.count),
-		V6Count:     uint32(e.v6.count),
-		V4Tbl24Base: h << 20,
-		V4Tbl8Base:  0, // one pool for both halves
-		V6Base:      h * uint32(e.v6cap),
-		V6Mask:      uint32(max(e.v6.size, 1) - 1),
-		V6Shift:     e.v6.shift(),
-		V6Default:   e.v6.def,
-		V6Seed:      e.v6.seed,
-		ClsTabBase:  h * uint32(tabHalf),
-		ClsBmBase:   h * uint32(bmHalf),
-		ClsB64Base:  h * uint32(b64Half),
-		V6Tree:      e.v6.tree,
+		Policy:    gen.FastdropFdAction(e.policy),
+		Malformed: gen.FastdropFdAction(e.malformed),
+		Fields:    e.cls.fields,
+		V4Count:   uint32(e.v4.count),
+		V6Count:   uint32(e.v6.count),
+		Half:      h,
+		V6Mask:    uint32(max(e.v6.size, 1) - 1),
+		V6Shift:   e.v6.shift(),
+		V6Default: e.v6.def,
+		V6Seed:    e.v6.seed,
+		V6Tree:    e.v6.tree,
 	}
 	for k := range numKinds {
 		c.Kind[k] = gen.FastdropFdBm{W: e.cls.kind[k]}

@@ -43,27 +43,21 @@ const (
 )
 
 type FastdropFdConf struct {
-	_           structs.HostLayout
-	Policy      FastdropFdAction
-	Malformed   FastdropFdAction
-	Fields      uint32
-	Ncompound   uint32
-	V4Count     uint32
-	V6Count     uint32
-	V4Tbl24Base uint32
-	V4Tbl8Base  uint32
-	V6Base      uint32
-	V6Mask      uint32
-	V6Shift     uint32
-	V6Default   uint32
-	V6Seed      uint64
-	ClsTabBase  uint32
-	ClsBmBase   uint32
-	ClsB64Base  uint32
-	Pad         uint32
-	V6Tree      [256]uint8
-	Kind        [12]FastdropFdBm
-	Crule       [256]uint32
+	_         structs.HostLayout
+	Policy    FastdropFdAction
+	Malformed FastdropFdAction
+	Fields    uint32
+	Ncompound uint32
+	V4Count   uint32
+	V6Count   uint32
+	V6Mask    uint32
+	V6Shift   uint32
+	V6Default uint32
+	Half      uint32
+	V6Seed    uint64
+	V6Tree    [256]uint8
+	Kind      [12]FastdropFdBm
+	Crule     [256]uint32
 }
 
 type FastdropFdField uint32
@@ -115,27 +109,19 @@ const (
 	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 199168
 	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 200192
 	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 201216
+	FastdropFdLayoutFD_CLS_TAB        FastdropFdLayout = 0
+	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 5113856
+	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 5376000
+	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 6985728
+	FastdropFdLayoutFD_V4TBL24        FastdropFdLayout = 16777216
+	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
+	FastdropFdLayoutFD_V6ENT_SIZE     FastdropFdLayout = 32
 	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
 	FastdropFdLayoutFD_V6PROBES       FastdropFdLayout = 32
 	FastdropFdLayoutFD_V6DEPTH        FastdropFdLayout = 8
 )
-
-type FastdropFdLine struct {
-	_ structs.HostLayout
-	E [16]uint32
-}
-
-type FastdropFdLine16 struct {
-	_ structs.HostLayout
-	E [32]uint16
-}
-
-type FastdropFdLine64 struct {
-	_ structs.HostLayout
-	E [8]uint64
-}
 
 type FastdropFdLpm4Key struct {
 	_         structs.HostLayout
@@ -214,9 +200,7 @@ type FastdropFdV6Ent struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	FastdropMapFdActive        = "fd_active"
-	FastdropMapFdClsBm         = "fd_cls_bm"
-	FastdropMapFdClsBm64       = "fd_cls_bm64"
-	FastdropMapFdClsTab        = "fd_cls_tab"
+	FastdropMapFdCls           = "fd_cls"
 	FastdropMapFdConfs         = "fd_confs"
 	FastdropMapFdCounters      = "fd_counters"
 	FastdropMapFdLpm4          = "fd_lpm4"
@@ -231,6 +215,7 @@ const (
 	FastdropVarFdBtfAnchor     = "fd_btf_anchor"
 	FastdropVarFdCounterSlots  = "fd_counter_slots"
 	FastdropVarFdTrace         = "fd_trace"
+	FastdropVarFdV6Cap         = "fd_v6_cap"
 )
 
 // LoadFastdrop returns the embedded CollectionSpec for Fastdrop.
@@ -284,9 +269,7 @@ type FastdropProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastdropMapSpecs struct {
 	FdActive      *ebpf.MapSpec `ebpf:"fd_active"`
-	FdClsBm       *ebpf.MapSpec `ebpf:"fd_cls_bm"`
-	FdClsBm64     *ebpf.MapSpec `ebpf:"fd_cls_bm64"`
-	FdClsTab      *ebpf.MapSpec `ebpf:"fd_cls_tab"`
+	FdCls         *ebpf.MapSpec `ebpf:"fd_cls"`
 	FdConfs       *ebpf.MapSpec `ebpf:"fd_confs"`
 	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
 	FdLpm4        *ebpf.MapSpec `ebpf:"fd_lpm4"`
@@ -305,6 +288,7 @@ type FastdropVariableSpecs struct {
 	FdBtfAnchor    *ebpf.VariableSpec `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.VariableSpec `ebpf:"fd_counter_slots"`
 	FdTrace        *ebpf.VariableSpec `ebpf:"fd_trace"`
+	FdV6Cap        *ebpf.VariableSpec `ebpf:"fd_v6_cap"`
 }
 
 // FastdropObjects contains all objects after they have been loaded into the kernel.
@@ -328,9 +312,7 @@ func (o *FastdropObjects) Close() error {
 // It can be passed to LoadFastdropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastdropMaps struct {
 	FdActive      *ebpf.Map `ebpf:"fd_active"`
-	FdClsBm       *ebpf.Map `ebpf:"fd_cls_bm"`
-	FdClsBm64     *ebpf.Map `ebpf:"fd_cls_bm64"`
-	FdClsTab      *ebpf.Map `ebpf:"fd_cls_tab"`
+	FdCls         *ebpf.Map `ebpf:"fd_cls"`
 	FdConfs       *ebpf.Map `ebpf:"fd_confs"`
 	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
 	FdLpm4        *ebpf.Map `ebpf:"fd_lpm4"`
@@ -345,9 +327,7 @@ type FastdropMaps struct {
 func (m *FastdropMaps) Close() error {
 	return _FastdropClose(
 		m.FdActive,
-		m.FdClsBm,
-		m.FdClsBm64,
-		m.FdClsTab,
+		m.FdCls,
 		m.FdConfs,
 		m.FdCounters,
 		m.FdLpm4,
@@ -367,6 +347,7 @@ type FastdropVariables struct {
 	FdBtfAnchor    *ebpf.Variable `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.Variable `ebpf:"fd_counter_slots"`
 	FdTrace        *ebpf.Variable `ebpf:"fd_trace"`
+	FdV6Cap        *ebpf.Variable `ebpf:"fd_v6_cap"`
 }
 
 // FastdropPrograms contains all programs after they have been loaded into the kernel.
