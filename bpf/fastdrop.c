@@ -21,18 +21,16 @@ int xdp_fastdrop(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
 	__u32 zero = 0, half, verdict, cpu_base;
-	struct fd_state *st;
+	struct fd_control *ctl;
 	struct fd_conf *c;
 	struct fd_result r;
 
-	st = bpf_map_lookup_elem(&fd_active, &zero);
-	if (!st)
+	ctl = bpf_map_lookup_elem(&fd_ctl, &zero);
+	if (!ctl)
 		return XDP_ABORTED;
 	/* Read once: every table below comes from this half. */
-	half = *(volatile __u32 *)&st->active & 1;
-	c = bpf_map_lookup_elem(&fd_confs, &half);
-	if (!c)
-		return XDP_ABORTED;
+	half = *(volatile __u32 *)&ctl->state.active & 1;
+	c = &ctl->conf[half];
 
 	r = fd_match(c, ctx);
 	verdict = fd_xdp_action(fd_val_action(r.val));

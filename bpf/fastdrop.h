@@ -119,7 +119,7 @@ enum fd_layout {
 	FD_V6_USED = 1,
 	FD_V6_MARKER = 2,  /* longer prefixes exist below: search on */
 	FD_V6_PREFIX = 4,  /* a prefix rule itself, not only a marker */
-	FD_V6_PROBES = 32, /* no key sits further from home (Go ensures) */
+	FD_V6_PROBES = 16, /* no key sits further from home (Go ensures) */
 	FD_V6_DEPTH = 8,   /* binary search over <= 255 lengths */
 };
 
@@ -248,19 +248,21 @@ struct fd_result {
 
 /* ---- maps ---- */
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__type(key, __u32);
-	__type(value, struct fd_state);
-	__uint(max_entries, 1);
-} fd_active SEC(".maps");
+/* The state and both halves' configurations in one value, so a packet
+ * finds its half's configuration with one lookup. User space writes it
+ * through mmap: the inactive half's fd_conf, then state.active. */
+struct fd_control {
+	struct fd_state state;
+	struct fd_conf conf[2];
+};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
-	__type(value, struct fd_conf);
-	__uint(max_entries, 2);
-} fd_confs SEC(".maps");
+	__type(value, struct fd_control);
+	__uint(max_entries, 1);
+} fd_ctl SEC(".maps");
 
 /* Every table below is one map value per half (or, for the tbl8 pool,
  * per group), so a packet pays one lookup per table it needs, and then
@@ -630,17 +632,12 @@ static __always_inline __u64 fd_mask64(__u32 bits)
  * insertion: keys along a run are in order of distance from home, so a
  * search ends at an entry closer to its home than the key would be; user
  * space keeps every key within FD_V6_PROBES of its home. */
-__noinline __u64 fd_v6_probe(const struct fd_conf *c, __u64 mh, __u64 ml, __u32 len)
+static __always_inline __u64 fd_v6_probe(const struct fd_conf *c, const struct fd_v6_ent *tab,
+					  __u64 mh, __u64 ml, __u32 len)
 {
-	const struct fd_v6_ent *tab;
 	__u32 idx, mask;
 	int j;
 
-	if (!c)
-		return 0;
-	tab = bpf_map_lookup_elem(&fd_v6_tab, &c->half);
-	if (!tab)
-		return 0;
 	mask = c->v6_mask;
 	idx = fd_v6_hash(mh, ml, len, c->v6_seed) >> (c->v6_shift & 63);
 	for (j = 0; j < FD_V6_PROBES; j++) {
@@ -666,12 +663,16 @@ __noinline __u64 fd_v6_probe(const struct fd_conf *c, __u64 mh, __u64 ml, __u32 
  * to shorter ones. */
 __noinline __u32 fd_v6_lookup(const struct fd_conf *c, __u64 hi, __u64 lo)
 {
+	const struct fd_v6_ent *tab;
 	__u32 best, node = 1;
 	int d;
 
 	if (!c)
 		return 0;
 	best = c->v6_default;
+	tab = bpf_map_lookup_elem(&fd_v6_tab, &c->half);
+	if (!tab)
+		return best;
 	for (d = 0; d < FD_V6_DEPTH; d++) {
 		__u32 len = c->v6_tree[node & 255];
 		__u64 mh, ml, r;
@@ -685,7 +686,7 @@ __noinline __u32 fd_v6_lookup(const struct fd_conf *c, __u64 hi, __u64 lo)
 			mh = hi;
 			ml = lo & fd_mask64(len - 64);
 		}
-		r = fd_v6_probe(c, mh, ml, len);
+		r = fd_v6_probe(c, tab, mh, ml, len);
 		if (r) {
 			if ((__u32)r)
 				best = (__u32)r;

@@ -87,17 +87,23 @@ static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
 				       struct iphdr **iphdr)
 {
 	struct iphdr *iph = nh->pos;
-	__u32 hdrsize, tot;
+	__u32 hdrsize, tot, vihl;
 
 	if ((void *)(iph + 1) > data_end)
 		return -1;
-	if (iph->version != 4)
-		return -1;
-	hdrsize = iph->ihl * 4;
-	if (hdrsize < sizeof(*iph))
-		return -1;
-	if (nh->pos + hdrsize > data_end)
-		return -1;
+	vihl = *(__u8 *)iph;
+	if (vihl == 0x45) {
+		/* Version 4 without options, nearly every packet: one test. */
+		hdrsize = sizeof(*iph);
+	} else {
+		if (vihl >> 4 != 4)
+			return -1;
+		hdrsize = (vihl & 0xf) * 4;
+		if (hdrsize < sizeof(*iph))
+			return -1;
+		if (nh->pos + hdrsize > data_end)
+			return -1;
+	}
 	tot = bpf_ntohs(iph->tot_len);
 	if (tot < hdrsize)
 		return -1;

@@ -111,7 +111,7 @@ func (o Options) withDefaults() Options {
 
 // The maps a later process needs, by the names they are pinned under.
 var mapNames = []string{
-	gen.FastdropMapFdActive, gen.FastdropMapFdConfs, gen.FastdropMapFdV4Tbl24,
+	gen.FastdropMapFdCtl, gen.FastdropMapFdV4Tbl24,
 	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV6Tab, gen.FastdropMapFdCls,
 	gen.FastdropMapFdCounters,
 	gen.FastdropMapFdRules,
@@ -134,7 +134,7 @@ type Engine struct {
 	prog *ebpf.Program
 	maps map[string]*ebpf.Map
 	mem  struct {
-		tbl24, tbl8, v6, cls, counters, rules *ebpf.Memory
+		ctl, tbl24, tbl8, v6, cls, counters, rules *ebpf.Memory
 	}
 	syncOuter, syncInner *ebpf.Map
 	lockDir              *os.File
@@ -242,9 +242,8 @@ func New(opts Options) (*Engine, error) {
 	}
 	e.generation, e.loaded = 1, true
 	for h := range uint32(2) {
-		conf := e.confFor(h)
-		if err := e.maps[gen.FastdropMapFdConfs].Put(h, &conf); err != nil {
-			return nil, errors.Join(fmt.Errorf("fastdrop: write configuration: %w", err), e.Close())
+		if err := e.writeConf(h, e.confFor(h)); err != nil {
+			return nil, errors.Join(fmt.Errorf("fastdrop: %w", err), e.Close())
 		}
 	}
 	if err := e.writeState(gen.FastdropFdState{InSync: 1, Generation: e.generation}); err != nil {
@@ -296,29 +295,16 @@ func Open(pinDir string) (*Engine, error) {
 // pinDir, from the active half's configuration alone: it reads no rule
 // record and builds nothing, so it costs the same for any number of rules.
 func RuleCount(pinDir string) (int, error) {
-	var maps [2]*ebpf.Map
-	defer func() {
-		for _, m := range maps {
-			if m != nil {
-				m.Close()
-			}
-		}
-	}()
-	for i, name := range []string{gen.FastdropMapFdActive, gen.FastdropMapFdConfs} {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
-		if err != nil {
-			return 0, fmt.Errorf("fastdrop: open pinned map %s in %s: %w", name, pinDir, err)
-		}
-		maps[i] = m
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, gen.FastdropMapFdCtl), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return 0, fmt.Errorf("fastdrop: open pinned map %s in %s: %w", gen.FastdropMapFdCtl, pinDir, err)
 	}
-	var st gen.FastdropFdState
-	if err := maps[0].Lookup(uint32(0), &st); err != nil {
-		return 0, fmt.Errorf("fastdrop: read state: %w", err)
-	}
-	var conf gen.FastdropFdConf
-	if err := maps[1].Lookup(st.Active&1, &conf); err != nil {
+	defer m.Close()
+	var ctl gen.FastdropFdControl
+	if err := m.Lookup(uint32(0), &ctl); err != nil {
 		return 0, fmt.Errorf("fastdrop: read configuration: %w", err)
 	}
+	conf := &ctl.Conf[ctl.State.Active&1]
 	return int(conf.Ncompound) + int(conf.V4Count) + int(conf.V6Count), nil
 }
 
@@ -332,6 +318,7 @@ func (e *Engine) setup() error {
 		name string
 		mem  **ebpf.Memory
 	}{
+		{gen.FastdropMapFdCtl, &e.mem.ctl},
 		{gen.FastdropMapFdV4Tbl24, &e.mem.tbl24},
 		{gen.FastdropMapFdV4Tbl8, &e.mem.tbl8},
 		{gen.FastdropMapFdV6Tab, &e.mem.v6},
@@ -730,17 +717,59 @@ func (e *Engine) refreshLocked() error {
 	return e.loadLocked()
 }
 
+// fd_ctl holds struct fd_control: the state, then the halves' fd_conf.
+func ctlConfOffset(h uint32) int64 {
+	return int64(binary.Size(gen.FastdropFdState{})) + int64(h)*int64(binary.Size(gen.FastdropFdConf{}))
+}
+
 func (e *Engine) readState() (gen.FastdropFdState, error) {
 	var st gen.FastdropFdState
-	if err := e.maps[gen.FastdropMapFdActive].Lookup(uint32(0), &st); err != nil {
+	b := make([]byte, binary.Size(st))
+	if _, err := e.mem.ctl.ReadAt(b, 0); err != nil {
+		return st, fmt.Errorf("fastdrop: read state: %w", err)
+	}
+	if _, err := binary.Decode(b, binary.NativeEndian, &st); err != nil {
 		return st, fmt.Errorf("fastdrop: read state: %w", err)
 	}
 	return st, nil
 }
 
+// writeState writes the state, Active last: it is all that packets read,
+// and this way it is one aligned 4-byte store.
 func (e *Engine) writeState(st gen.FastdropFdState) error {
-	if err := e.maps[gen.FastdropMapFdActive].Put(uint32(0), &st); err != nil {
+	b, err := binary.Append(nil, binary.NativeEndian, &st)
+	if err == nil {
+		_, err = e.mem.ctl.WriteAt(b[4:], 4)
+	}
+	if err == nil {
+		_, err = e.mem.ctl.WriteAt(b[:4], 0)
+	}
+	if err != nil {
 		return fmt.Errorf("fastdrop: write state: %w", err)
+	}
+	return nil
+}
+
+func (e *Engine) readConf(h uint32) (gen.FastdropFdConf, error) {
+	var c gen.FastdropFdConf
+	b := make([]byte, binary.Size(c))
+	if _, err := e.mem.ctl.ReadAt(b, ctlConfOffset(h)); err != nil {
+		return c, fmt.Errorf("read configuration: %w", err)
+	}
+	if _, err := binary.Decode(b, binary.NativeEndian, &c); err != nil {
+		return c, fmt.Errorf("read configuration: %w", err)
+	}
+	return c, nil
+}
+
+// writeConf writes half h's configuration; h must not be the active half.
+func (e *Engine) writeConf(h uint32, c gen.FastdropFdConf) error {
+	b, err := binary.Append(nil, binary.NativeEndian, &c)
+	if err == nil {
+		_, err = e.mem.ctl.WriteAt(b, ctlConfOffset(h))
+	}
+	if err != nil {
+		return fmt.Errorf("write configuration: %w", err)
 	}
 	return nil
 }
@@ -756,9 +785,9 @@ func (e *Engine) loadLocked() error {
 		return err
 	}
 	active := st.Active & 1
-	var conf gen.FastdropFdConf
-	if err := e.maps[gen.FastdropMapFdConfs].Lookup(active, &conf); err != nil {
-		return fmt.Errorf("fastdrop: read configuration: %w", err)
+	conf, err := e.readConf(active)
+	if err != nil {
+		return fmt.Errorf("fastdrop: %w", err)
 	}
 	e.loaded = false
 	e.resetRules()
@@ -1305,11 +1334,7 @@ func (e *Engine) writeHalf(h uint32) error {
 			return err
 		}
 	}
-	conf := e.confFor(h)
-	if err := e.maps[gen.FastdropMapFdConfs].Put(h, &conf); err != nil {
-		return fmt.Errorf("write configuration: %w", err)
-	}
-	return nil
+	return e.writeConf(h, e.confFor(h))
 }
 
 func (e *Engine) writeClassifier(h uint32) error {

@@ -60,6 +60,12 @@ type FastdropFdConf struct {
 	Crule     [256]uint32
 }
 
+type FastdropFdControl struct {
+	_     structs.HostLayout
+	State FastdropFdState
+	Conf  [2]FastdropFdConf
+}
+
 type FastdropFdField uint32
 
 const (
@@ -119,7 +125,7 @@ const (
 	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
-	FastdropFdLayoutFD_V6PROBES       FastdropFdLayout = 32
+	FastdropFdLayoutFD_V6PROBES       FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6DEPTH        FastdropFdLayout = 8
 )
 
@@ -199,10 +205,9 @@ type FastdropFdV6Ent struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	FastdropMapFdActive        = "fd_active"
 	FastdropMapFdCls           = "fd_cls"
-	FastdropMapFdConfs         = "fd_confs"
 	FastdropMapFdCounters      = "fd_counters"
+	FastdropMapFdCtl           = "fd_ctl"
 	FastdropMapFdLpm4          = "fd_lpm4"
 	FastdropMapFdLpm6          = "fd_lpm6"
 	FastdropMapFdLpmVerdicts   = "fd_lpm_verdicts"
@@ -268,10 +273,9 @@ type FastdropProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastdropMapSpecs struct {
-	FdActive      *ebpf.MapSpec `ebpf:"fd_active"`
 	FdCls         *ebpf.MapSpec `ebpf:"fd_cls"`
-	FdConfs       *ebpf.MapSpec `ebpf:"fd_confs"`
 	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
+	FdCtl         *ebpf.MapSpec `ebpf:"fd_ctl"`
 	FdLpm4        *ebpf.MapSpec `ebpf:"fd_lpm4"`
 	FdLpm6        *ebpf.MapSpec `ebpf:"fd_lpm6"`
 	FdLpmVerdicts *ebpf.MapSpec `ebpf:"fd_lpm_verdicts"`
@@ -311,10 +315,9 @@ func (o *FastdropObjects) Close() error {
 //
 // It can be passed to LoadFastdropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastdropMaps struct {
-	FdActive      *ebpf.Map `ebpf:"fd_active"`
 	FdCls         *ebpf.Map `ebpf:"fd_cls"`
-	FdConfs       *ebpf.Map `ebpf:"fd_confs"`
 	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
+	FdCtl         *ebpf.Map `ebpf:"fd_ctl"`
 	FdLpm4        *ebpf.Map `ebpf:"fd_lpm4"`
 	FdLpm6        *ebpf.Map `ebpf:"fd_lpm6"`
 	FdLpmVerdicts *ebpf.Map `ebpf:"fd_lpm_verdicts"`
@@ -326,10 +329,9 @@ type FastdropMaps struct {
 
 func (m *FastdropMaps) Close() error {
 	return _FastdropClose(
-		m.FdActive,
 		m.FdCls,
-		m.FdConfs,
 		m.FdCounters,
+		m.FdCtl,
 		m.FdLpm4,
 		m.FdLpm6,
 		m.FdLpmVerdicts,
