@@ -21,18 +21,16 @@ int xdp_fastdrop(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
 	__u32 zero = 0, half, verdict, cpu_base;
-	struct fd_control *ctl;
-	struct fd_conf *c;
+	struct fd_main *m;
 	struct fd_result r;
 
-	ctl = bpf_map_lookup_elem(&fd_ctl, &zero);
-	if (!ctl)
+	m = bpf_map_lookup_elem(&fd_main, &zero);
+	if (!m)
 		return XDP_ABORTED;
 	/* Read once: every table below comes from this half. */
-	half = *(volatile __u32 *)&ctl->state.active & 1;
-	c = &ctl->conf[half];
+	half = *(volatile __u32 *)&m->ctl.state.active & 1;
 
-	r = fd_match(c, ctx);
+	r = fd_match(m, half, ctx);
 	verdict = fd_xdp_action(fd_val_action(r.val));
 
 	/* One counter per frame: its slot's action gives the verdict. */

@@ -68,7 +68,7 @@ enum fd_layout {
 	FD_SLOT_RETIRED = 8,   /* + action; never written by the program */
 	FD_SLOT_RULES = 16,
 
-	/* fd_cls_tab: u16 class ids, 32 per line, per half FD_TAB_HALF. One
+	/* fd_cls_half.tab: u16 class ids, FD_TAB_HALF per half. One
 	 * 64k-entry direct table per field (ports, ether, the first 16 bits of
 	 * the addresses), then a pool of 256-entry chunks for the address
 	 * tries. A trie entry with bit 15 set is a chunk index. */
@@ -85,15 +85,14 @@ enum fd_layout {
 	FD_TAB_HALF = 2556928, /* FD_TAB_POOL + FD_TAB_CHUNKS * 256 */
 	FD_TAB_EXT = 0x8000,
 
-	/* fd_cls_bm: rule bitmaps, per half FD_BM_HALF, per field FD_BM_FIELD
-	 * classes. */
+	/* fd_cls_half.bm: rule bitmaps, FD_BM_HALF per half, FD_BM_FIELD
+	 * classes per field. */
 	FD_BM_FIELD = 1024,
 	FD_BM_HALF = 8192,
 
-	/* fd_cls_bm64: with at most 64 compound rules a bitmap is one u64;
-	 * then the direct fields map a value straight to its bitmap, and
-	 * the address fields' classes have bitmaps here too. u64 index, per
-	 * half FD_B64_HALF. */
+	/* fd_cls_half.b64: with at most 64 compound rules a bitmap is one
+	 * u64; then the direct fields map a value straight to its bitmap,
+	 * and the address fields' classes have bitmaps here too. */
 	FD_B64_ETHER = 0,
 	FD_B64_SPORT = 65536,
 	FD_B64_DPORT = 131072,
@@ -104,16 +103,21 @@ enum fd_layout {
 	FD_B64_DST6 = 200192,
 	FD_B64_HALF = 201216,
 
-	/* fd_cls: per half one value, struct fd_cls_half. */
-	FD_CLS_TAB = 0,                 /* byte offset of tab */
-	FD_CLS_BM = FD_TAB_HALF * 2,    /* of bm */
-	FD_CLS_B64 = FD_CLS_BM + FD_BM_HALF * 32, /* of b64 */
+	/* Byte offsets in struct fd_cls_half, and its size. */
+	FD_CLS_TAB = 0,
+	FD_CLS_BM = FD_TAB_HALF * 2,
+	FD_CLS_B64 = FD_CLS_BM + FD_BM_HALF * 32,
 	FD_CLS_SIZE = FD_CLS_B64 + FD_B64_HALF * 8,
 
 	/* DIR-24-8 sizes: tbl24 entries per half, entries per tbl8 group. */
 	FD_V4_TBL24 = 1 << 24,
 	FD_V4_GROUP = 256,
 	FD_V6_ENT_SIZE = 32,
+
+	/* Byte offsets in struct fd_main (the value of fd_main). */
+	FD_MAIN_CTL = 0,
+	FD_MAIN_CLS = 4096,
+	FD_MAIN_TBL24 = FD_MAIN_CLS + 2 * FD_CLS_SIZE,
 
 	/* fd_v6_tab entry flags. */
 	FD_V6_USED = 1,
@@ -160,7 +164,7 @@ struct fd_conf {
 	__u32 crule[FD_MAX_COMPOUND];
 };
 
-/* One half of the compound-rule tables: the value of fd_cls. */
+/* One half of the compound-rule tables. */
 struct fd_cls_half {
 	__u16 tab[FD_TAB_HALF];
 	struct fd_bm bm[FD_BM_HALF];
@@ -248,39 +252,40 @@ struct fd_result {
 
 /* ---- maps ---- */
 
-/* The state and both halves' configurations in one value, so a packet
- * finds its half's configuration with one lookup. User space writes it
- * through mmap: the inactive half's fd_conf, then state.active. */
+/* The state and both halves' configurations. */
 struct fd_control {
 	struct fd_state state;
 	struct fd_conf conf[2];
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, struct fd_control);
-	__uint(max_entries, 1);
-} fd_ctl SEC(".maps");
+/* Everything of a fixed size that packets read, in one map value, so a
+ * packet pays one map lookup and then only indexes: the control block,
+ * then per half the compound-rule tables and the DIR-24-8 tbl24 (as
+ * DPDK's rte_lpm: the top 24 bits of an address index tbl24; an entry is
+ * a val, or with bit 31 a tbl8 group of 256 entries for the last 8 bits).
+ * The verifier bounds every index by the value size. User space writes
+ * it through mmap: the inactive half, then state.active. */
+struct fd_main {
+	struct fd_control ctl;
+	__u8 pad[FD_MAIN_CLS - sizeof(struct fd_control)];
+	struct fd_cls_half cls[2];
+	__u32 tbl24[2][FD_V4_TBL24];
+};
 
-/* Every table below is one map value per half (or, for the tbl8 pool,
- * per group), so a packet pays one lookup per table it needs, and then
- * indexes the value directly: the verifier bounds each index by the value
- * size. */
+_Static_assert(__builtin_offsetof(struct fd_main, cls) == FD_MAIN_CLS, "fd_main layout");
+_Static_assert(__builtin_offsetof(struct fd_main, tbl24) == FD_MAIN_TBL24, "fd_main layout");
 
-/* DIR-24-8 (as DPDK's rte_lpm): the top 24 bits index tbl24; an entry is a
- * val, or (bit 31) a tbl8 group of 256 entries for the last 8 bits. One
- * tbl24 per half; the group pool is shared by the halves and sized from
- * Go at load. */
+/* No BTF type for the value: bpf2go would make a 141 MiB Go type of it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(key_size, 4);
-	__uint(value_size, FD_V4_TBL24 * 4);
-	__uint(max_entries, 2);
-} fd_v4_tbl24 SEC(".maps");
+	__uint(value_size, sizeof(struct fd_main));
+	__uint(max_entries, 1);
+} fd_main SEC(".maps");
 
+/* The tbl8 groups, shared by the halves; their number is set from Go at
+ * load. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
@@ -300,14 +305,6 @@ struct {
 } fd_v6_tab SEC(".maps");
 
 volatile const __u32 fd_v6_cap = 1024;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(key_size, 4);
-	__uint(value_size, sizeof(struct fd_cls_half));
-	__uint(max_entries, 2);
-} fd_cls SEC(".maps");
 
 /* Counters: fd_counter_slots slots per possible CPU, CPU-major. Each CPU
  * only writes its own slots, and an XDP program is not preempted on its
@@ -344,6 +341,7 @@ volatile const struct {
 	enum fd_rec_flags rec_flags;
 	struct fd_trace_rec trace;
 	struct fd_v6_ent v6;
+	struct fd_control ctl;
 } fd_btf_anchor = {};
 
 /* ---- compound rules: bit-vector classifier ---- */
@@ -587,15 +585,12 @@ static __always_inline int fd_compound64(const struct fd_conf *c, const struct f
 
 /* DIR-24-8 lookup of a host-order IPv4 address: one read, two when the
  * /24 holds longer prefixes. */
-static __always_inline __u32 fd_v4_lookup(const struct fd_conf *c, __u32 a)
+static __always_inline __u32 fd_v4_lookup(const struct fd_main *m, __u32 half, __u32 a)
 {
-	const __u32 *t24 = bpf_map_lookup_elem(&fd_v4_tbl24, &c->half);
 	const __u32 *g;
 	__u32 e, k;
 
-	if (!t24)
-		return 0;
-	e = t24[a >> 8];
+	e = m->tbl24[half & 1][a >> 8];
 	if (e & FD_V4_EXT) {
 		k = e & ~FD_V4_EXT;
 		g = bpf_map_lookup_elem(&fd_v4_tbl8, &k);
@@ -777,10 +772,11 @@ static __always_inline int fd_parse(struct xdp_md *ctx, struct fd_pkt *p)
 	return 0;
 }
 
-/* fd_match evaluates one frame against the half of the rule set that c
- * belongs to. */
-static __always_inline struct fd_result fd_match(const struct fd_conf *c, struct xdp_md *ctx)
+/* fd_match evaluates one frame against half (0 or 1) of the rule set. */
+static __always_inline struct fd_result fd_match(const struct fd_main *m, __u32 half,
+						 struct xdp_md *ctx)
 {
+	const struct fd_conf *c = &m->ctl.conf[half & 1];
 	struct fd_result r = {};
 	struct fd_pkt p;
 	int i;
@@ -792,7 +788,7 @@ static __always_inline struct fd_result fd_match(const struct fd_conf *c, struct
 	}
 
 	if (c->ncompound) {
-		const struct fd_cls_half *t = bpf_map_lookup_elem(&fd_cls, &c->half);
+		const struct fd_cls_half *t = &m->cls[half & 1];
 
 		if (c->ncompound <= 64)
 			i = fd_compound64(c, t, &p);
@@ -810,7 +806,7 @@ static __always_inline struct fd_result fd_match(const struct fd_conf *c, struct
 	}
 
 	if (p.family == 4 && c->v4_count)
-		r.val = fd_v4_lookup(c, p.src4);
+		r.val = fd_v4_lookup(m, half, p.src4);
 	else if (p.family == 6 && c->v6_count)
 		r.val = fd_v6_lookup(c, p.src6[0], p.src6[1]);
 	if (r.val) {

@@ -41,6 +41,10 @@ const (
 	clsBm   = int64(gen.FastdropFdLayoutFD_CLS_BM)
 	clsB64  = int64(gen.FastdropFdLayoutFD_CLS_B64)
 	clsSize = int64(gen.FastdropFdLayoutFD_CLS_SIZE)
+	// Byte offsets in struct fd_main.
+	mainCtl   = int64(gen.FastdropFdLayoutFD_MAIN_CTL)
+	mainCls   = int64(gen.FastdropFdLayoutFD_MAIN_CLS)
+	mainTbl24 = int64(gen.FastdropFdLayoutFD_MAIN_TBL24)
 )
 
 // tbl24Entries is FD_V4_TBL24, or this does not compile.

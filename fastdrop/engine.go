@@ -111,8 +111,8 @@ func (o Options) withDefaults() Options {
 
 // The maps a later process needs, by the names they are pinned under.
 var mapNames = []string{
-	gen.FastdropMapFdCtl, gen.FastdropMapFdV4Tbl24,
-	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV6Tab, gen.FastdropMapFdCls,
+	gen.FastdropMapFdMain,
+	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV6Tab,
 	gen.FastdropMapFdCounters,
 	gen.FastdropMapFdRules,
 }
@@ -134,7 +134,9 @@ type Engine struct {
 	prog *ebpf.Program
 	maps map[string]*ebpf.Map
 	mem  struct {
-		ctl, tbl24, tbl8, v6, cls, counters, rules *ebpf.Memory
+		main                      *ebpf.Memory
+		ctl, cls, tbl24           memSection // parts of main
+		tbl8, v6, counters, rules *ebpf.Memory
 	}
 	syncOuter, syncInner *ebpf.Map
 	lockDir              *os.File
@@ -295,16 +297,24 @@ func Open(pinDir string) (*Engine, error) {
 // pinDir, from the active half's configuration alone: it reads no rule
 // record and builds nothing, so it costs the same for any number of rules.
 func RuleCount(pinDir string) (int, error) {
-	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, gen.FastdropMapFdCtl), &ebpf.LoadPinOptions{ReadOnly: true})
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, gen.FastdropMapFdMain), nil)
 	if err != nil {
-		return 0, fmt.Errorf("fastdrop: open pinned map %s in %s: %w", gen.FastdropMapFdCtl, pinDir, err)
+		return 0, fmt.Errorf("fastdrop: open pinned map %s in %s: %w", gen.FastdropMapFdMain, pinDir, err)
 	}
 	defer m.Close()
-	var ctl gen.FastdropFdControl
-	if err := m.Lookup(uint32(0), &ctl); err != nil {
-		return 0, fmt.Errorf("fastdrop: read configuration: %w", err)
+	mem, err := m.Memory()
+	if err != nil {
+		return 0, fmt.Errorf("fastdrop: map %s into memory: %w", gen.FastdropMapFdMain, err)
 	}
-	conf := &ctl.Conf[ctl.State.Active&1]
+	ctl := memSection{mem, mainCtl}
+	st, err := readState(ctl)
+	if err != nil {
+		return 0, err
+	}
+	conf, err := readConf(ctl, st.Active&1)
+	if err != nil {
+		return 0, fmt.Errorf("fastdrop: %w", err)
+	}
 	return int(conf.Ncompound) + int(conf.V4Count) + int(conf.V6Count), nil
 }
 
@@ -318,11 +328,9 @@ func (e *Engine) setup() error {
 		name string
 		mem  **ebpf.Memory
 	}{
-		{gen.FastdropMapFdCtl, &e.mem.ctl},
-		{gen.FastdropMapFdV4Tbl24, &e.mem.tbl24},
+		{gen.FastdropMapFdMain, &e.mem.main},
 		{gen.FastdropMapFdV4Tbl8, &e.mem.tbl8},
 		{gen.FastdropMapFdV6Tab, &e.mem.v6},
-		{gen.FastdropMapFdCls, &e.mem.cls},
 		{gen.FastdropMapFdCounters, &e.mem.counters},
 		{gen.FastdropMapFdRules, &e.mem.rules},
 	} {
@@ -332,6 +340,9 @@ func (e *Engine) setup() error {
 		}
 		*m.mem = mm
 	}
+	e.mem.ctl = memSection{e.mem.main, mainCtl}
+	e.mem.cls = memSection{e.mem.main, mainCls}
+	e.mem.tbl24 = memSection{e.mem.main, mainTbl24}
 	// Updating a map-in-map waits for an RCU grace period (the kernel's
 	// maybe_wait_bpf_programs), that is until every program run that
 	// started before has ended. That is the wait between flipping the
@@ -717,15 +728,27 @@ func (e *Engine) refreshLocked() error {
 	return e.loadLocked()
 }
 
-// fd_ctl holds struct fd_control: the state, then the halves' fd_conf.
+// memSection is the part of a map's memory from off on.
+type memSection struct {
+	mem *ebpf.Memory
+	off int64
+}
+
+func (s memSection) ReadAt(p []byte, off int64) (int, error)  { return s.mem.ReadAt(p, s.off+off) }
+func (s memSection) WriteAt(p []byte, off int64) (int, error) { return s.mem.WriteAt(p, s.off+off) }
+
+// The control block is struct fd_control: the state, then the halves'
+// fd_conf.
 func ctlConfOffset(h uint32) int64 {
 	return int64(binary.Size(gen.FastdropFdState{})) + int64(h)*int64(binary.Size(gen.FastdropFdConf{}))
 }
 
-func (e *Engine) readState() (gen.FastdropFdState, error) {
+func (e *Engine) readState() (gen.FastdropFdState, error) { return readState(e.mem.ctl) }
+
+func readState(ctl io.ReaderAt) (gen.FastdropFdState, error) {
 	var st gen.FastdropFdState
 	b := make([]byte, binary.Size(st))
-	if _, err := e.mem.ctl.ReadAt(b, 0); err != nil {
+	if _, err := ctl.ReadAt(b, 0); err != nil {
 		return st, fmt.Errorf("fastdrop: read state: %w", err)
 	}
 	if _, err := binary.Decode(b, binary.NativeEndian, &st); err != nil {
@@ -750,10 +773,10 @@ func (e *Engine) writeState(st gen.FastdropFdState) error {
 	return nil
 }
 
-func (e *Engine) readConf(h uint32) (gen.FastdropFdConf, error) {
+func readConf(ctl io.ReaderAt, h uint32) (gen.FastdropFdConf, error) {
 	var c gen.FastdropFdConf
 	b := make([]byte, binary.Size(c))
-	if _, err := e.mem.ctl.ReadAt(b, ctlConfOffset(h)); err != nil {
+	if _, err := ctl.ReadAt(b, ctlConfOffset(h)); err != nil {
 		return c, fmt.Errorf("read configuration: %w", err)
 	}
 	if _, err := binary.Decode(b, binary.NativeEndian, &c); err != nil {
@@ -785,7 +808,7 @@ func (e *Engine) loadLocked() error {
 		return err
 	}
 	active := st.Active & 1
-	conf, err := e.readConf(active)
+	conf, err := readConf(e.mem.ctl, active)
 	if err != nil {
 		return fmt.Errorf("fastdrop: %w", err)
 	}

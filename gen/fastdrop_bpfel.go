@@ -122,6 +122,9 @@ const (
 	FastdropFdLayoutFD_V4TBL24        FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
 	FastdropFdLayoutFD_V6ENT_SIZE     FastdropFdLayout = 32
+	FastdropFdLayoutFD_MAIN_CTL       FastdropFdLayout = 0
+	FastdropFdLayoutFD_MAIN_CLS       FastdropFdLayout = 4096
+	FastdropFdLayoutFD_MAIN_TBL24     FastdropFdLayout = 13975552
 	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
@@ -205,14 +208,12 @@ type FastdropFdV6Ent struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	FastdropMapFdCls           = "fd_cls"
 	FastdropMapFdCounters      = "fd_counters"
-	FastdropMapFdCtl           = "fd_ctl"
 	FastdropMapFdLpm4          = "fd_lpm4"
 	FastdropMapFdLpm6          = "fd_lpm6"
 	FastdropMapFdLpmVerdicts   = "fd_lpm_verdicts"
+	FastdropMapFdMain          = "fd_main"
 	FastdropMapFdRules         = "fd_rules"
-	FastdropMapFdV4Tbl24       = "fd_v4_tbl24"
 	FastdropMapFdV4Tbl8        = "fd_v4_tbl8"
 	FastdropMapFdV6Tab         = "fd_v6_tab"
 	FastdropProgXdpFastdrop    = "xdp_fastdrop"
@@ -273,14 +274,12 @@ type FastdropProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastdropMapSpecs struct {
-	FdCls         *ebpf.MapSpec `ebpf:"fd_cls"`
 	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
-	FdCtl         *ebpf.MapSpec `ebpf:"fd_ctl"`
 	FdLpm4        *ebpf.MapSpec `ebpf:"fd_lpm4"`
 	FdLpm6        *ebpf.MapSpec `ebpf:"fd_lpm6"`
 	FdLpmVerdicts *ebpf.MapSpec `ebpf:"fd_lpm_verdicts"`
+	FdMain        *ebpf.MapSpec `ebpf:"fd_main"`
 	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
-	FdV4Tbl24     *ebpf.MapSpec `ebpf:"fd_v4_tbl24"`
 	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
 	FdV6Tab       *ebpf.MapSpec `ebpf:"fd_v6_tab"`
 }
@@ -315,28 +314,24 @@ func (o *FastdropObjects) Close() error {
 //
 // It can be passed to LoadFastdropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastdropMaps struct {
-	FdCls         *ebpf.Map `ebpf:"fd_cls"`
 	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
-	FdCtl         *ebpf.Map `ebpf:"fd_ctl"`
 	FdLpm4        *ebpf.Map `ebpf:"fd_lpm4"`
 	FdLpm6        *ebpf.Map `ebpf:"fd_lpm6"`
 	FdLpmVerdicts *ebpf.Map `ebpf:"fd_lpm_verdicts"`
+	FdMain        *ebpf.Map `ebpf:"fd_main"`
 	FdRules       *ebpf.Map `ebpf:"fd_rules"`
-	FdV4Tbl24     *ebpf.Map `ebpf:"fd_v4_tbl24"`
 	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
 	FdV6Tab       *ebpf.Map `ebpf:"fd_v6_tab"`
 }
 
 func (m *FastdropMaps) Close() error {
 	return _FastdropClose(
-		m.FdCls,
 		m.FdCounters,
-		m.FdCtl,
 		m.FdLpm4,
 		m.FdLpm6,
 		m.FdLpmVerdicts,
+		m.FdMain,
 		m.FdRules,
-		m.FdV4Tbl24,
 		m.FdV4Tbl8,
 		m.FdV6Tab,
 	)
