@@ -112,6 +112,7 @@ enum fd_layout {
 	/* DIR-24-8 sizes: tbl24 entries per half, entries per tbl8 group. */
 	FD_V4_TBL24 = 1 << 24,
 	FD_V4_GROUP = 256,
+	FD_V4_SPARSE_MAX = 11, /* host routes in a sparse group */
 	FD_V6_ENT_SIZE = 32,
 
 	/* Byte offsets in struct fd_main (the value of fd_main). */
@@ -127,7 +128,24 @@ enum fd_layout {
 	FD_V6_DEPTH = 8,   /* binary search over <= 255 lengths */
 };
 
+/* A tbl24 entry with FD_V4_EXT points to a group: with FD_V4_SPARSE a
+ * sparse group, else a tbl8 group; its number in FD_V4_ID. */
 #define FD_V4_EXT 0x80000000u
+#define FD_V4_SPARSE 0x40000000u
+#define FD_V4_ID 0x3fffffffu
+
+/* The host routes (/32s) of a /24 that holds no other prefix longer than
+ * /24: by last byte, key[i] -> val[i] for i < n, and def (the /24's own
+ * val) for every other address. 64 bytes instead of a 1 KiB tbl8 group. */
+struct fd_v4_sparse {
+	__u32 def;
+	__u32 n;
+	__u8 key[FD_V4_SPARSE_MAX];
+	__u8 pad;
+	__u32 val[FD_V4_SPARSE_MAX];
+};
+
+_Static_assert(sizeof(struct fd_v4_sparse) == 64, "fd_v4_sparse is 64 bytes");
 
 /* Written by user space; packets read it once. */
 struct fd_state {
@@ -284,8 +302,8 @@ struct {
 	__uint(max_entries, 1);
 } fd_main SEC(".maps");
 
-/* The tbl8 groups, shared by the halves; their number is set from Go at
- * load. */
+/* The tbl8 groups and the sparse groups, each pool shared by the halves;
+ * their numbers are set from Go at load. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
@@ -293,6 +311,14 @@ struct {
 	__uint(value_size, FD_V4_GROUP * 4);
 	__uint(max_entries, 2 * 1024);
 } fd_v4_tbl8 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fd_v4_sparse);
+	__uint(max_entries, 2 * 1024);
+} fd_v4_sparse SEC(".maps");
 
 /* The IPv6 hash table, fd_v6_cap entries per half (value size set from
  * Go at load). */
@@ -587,18 +613,31 @@ static __always_inline int fd_compound64(const struct fd_conf *c, const struct f
  * /24 holds longer prefixes. */
 static __always_inline __u32 fd_v4_lookup(const struct fd_main *m, __u32 half, __u32 a)
 {
+	const struct fd_v4_sparse *s;
 	const __u32 *g;
-	__u32 e, k;
+	__u32 e, k, b;
+	int i;
 
 	e = m->tbl24[half & 1][a >> 8];
-	if (e & FD_V4_EXT) {
-		k = e & ~FD_V4_EXT;
+	if (!(e & FD_V4_EXT))
+		return e;
+	k = e & FD_V4_ID;
+	if (!(e & FD_V4_SPARSE)) {
 		g = bpf_map_lookup_elem(&fd_v4_tbl8, &k);
-		if (!g)
-			return 0;
-		e = g[a & 0xff];
+		return g ? g[a & 0xff] : 0;
 	}
-	return e;
+	s = bpf_map_lookup_elem(&fd_v4_sparse, &k);
+	if (!s)
+		return 0;
+	b = a & 0xff;
+#pragma unroll
+	for (i = 0; i < FD_V4_SPARSE_MAX; i++) {
+		if (i >= s->n)
+			break;
+		if (s->key[i] == b)
+			return s->val[i];
+	}
+	return s->def;
 }
 
 /* The hash of a masked IPv6 prefix; fastdrop/compile_v6.go computes the

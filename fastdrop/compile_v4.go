@@ -2,11 +2,14 @@ package fastdrop
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"slices"
+
+	"github.com/xdpdrop/xdpdrop/gen"
 )
 
 // v4Table is the IPv4 prefix table as DIR-24-8 (Gupta, Lin and McKeown
@@ -22,6 +25,14 @@ import (
 // is pointed at it in the half being written, and the old group is freed
 // once no half points to it. So a group is written once, not once per half,
 // and has no copy in Go (groups are read back from the kernel to change).
+//
+// A /24 whose only longer prefixes are a few host routes (/32s, at most
+// sparseMax) gets a sparse group instead: 64 bytes listing the hosts by
+// last byte, with the /24's own val for every other address. A blocklist
+// of random addresses puts one or two hosts in most /24s it touches, so
+// 1M of them take 64 MiB of sparse groups instead of 1 GiB of tbl8 groups.
+// Sparse groups are a second pool, shared and copy-on-write like the
+// first. A /24 that needs more (a /25-/31, or more hosts) is made dense.
 type v4Table struct {
 	tbl24 []uint32 // tbl24Entries
 	mem24 *region
@@ -38,6 +49,14 @@ type v4Table struct {
 	// retired: groups the change replaced; free once both halves stop
 	// pointing to them (commit), or back in use if the change is dropped.
 	retired []uint32
+
+	// The sparse pool, kept as the tbl8 pool is.
+	sparse    io.ReaderAt // sparse group g at g*sparseSize bytes
+	sparseW   io.WriterAt
+	maxSparse int
+	sfree     []uint32
+	sfresh    map[uint32]*sparseGroup
+	sretired  []uint32
 
 	// depth[val slot] is the length+1 of the prefix rule with that slot, 0
 	// for slots that are not IPv4 prefix rules: an entry's depth.
@@ -58,17 +77,98 @@ type v4Table struct {
 
 const v4Page = 1024 // tbl24 entries per dirty bit: 4 KiB
 
-// newV4Table makes an empty table whose tbl8 pool of maxGroups groups is
-// read and written through groups (the map's memory, all zero).
-func newV4Table(maxGroups, slots int, groups interface {
+// A tbl24 entry with v4Ext set points to a group: a sparse group if
+// v4Sparse is set too, else a tbl8 group; the group's number is in the
+// bits of v4ID.
+const (
+	v4Sparse   = uint32(0x40000000)
+	v4ID       = uint32(0x3fffffff)
+	sparseMax  = int(gen.FastdropFdLayoutFD_V4SPARSE_MAX)
+	sparseSize = 64 // struct fd_v4_sparse
+)
+
+func isDense(e uint32) bool  { return e&(v4Ext|v4Sparse) == v4Ext }
+func isSparse(e uint32) bool { return e&(v4Ext|v4Sparse) == v4Ext|v4Sparse }
+
+// sparseGroup is struct fd_v4_sparse.
+type sparseGroup struct {
+	def uint32 // the val of every address not listed
+	n   int
+	key [sparseMax]uint8
+	val [sparseMax]uint32
+}
+
+func (s *sparseGroup) get(b uint8) uint32 {
+	for i := range s.n {
+		if s.key[i] == b {
+			return s.val[i]
+		}
+	}
+	return s.def
+}
+
+func (s *sparseGroup) add(b uint8, v uint32) {
+	s.key[s.n], s.val[s.n] = b, v
+	s.n++
+}
+
+func (s *sparseGroup) remove(b uint8) {
+	for i := range s.n {
+		if s.key[i] == b {
+			s.n--
+			s.key[i], s.val[i] = s.key[s.n], s.val[s.n]
+			s.key[s.n], s.val[s.n] = 0, 0
+			return
+		}
+	}
+}
+
+// Layout of struct fd_v4_sparse: def, n, key[sparseMax], a pad byte,
+// val[sparseMax].
+const sparseValOff = 8 + sparseMax + 1
+
+func (s *sparseGroup) encode(b []byte) {
+	binary.NativeEndian.PutUint32(b[0:], s.def)
+	binary.NativeEndian.PutUint32(b[4:], uint32(s.n))
+	copy(b[8:8+sparseMax], s.key[:])
+	b[8+sparseMax] = 0
+	for i, v := range s.val {
+		binary.NativeEndian.PutUint32(b[sparseValOff+4*i:], v)
+	}
+}
+
+func (s *sparseGroup) decode(b []byte) error {
+	s.def = binary.NativeEndian.Uint32(b[0:])
+	n := binary.NativeEndian.Uint32(b[4:])
+	if n > uint32(sparseMax) {
+		return fmt.Errorf("sparse group lists %d hosts, at most %d", n, sparseMax)
+	}
+	s.n = int(n)
+	copy(s.key[:], b[8:8+sparseMax])
+	for i := range s.val {
+		s.val[i] = binary.NativeEndian.Uint32(b[sparseValOff+4*i:])
+	}
+	return nil
+}
+
+type readerWriterAt interface {
 	io.ReaderAt
 	io.WriterAt
-}) (*v4Table, error) {
+}
+
+// newV4Table makes an empty table whose tbl8 pool of maxGroups groups is
+// read and written through groups, and sparse pool of maxSparse groups
+// through sparse (the maps' memory, all zero).
+func newV4Table(maxGroups, maxSparse, slots int, groups, sparse readerWriterAt) (*v4Table, error) {
 	t := &v4Table{
 		groups:    groups,
 		groupsW:   groups,
 		maxGroups: maxGroups,
 		fresh:     make(map[uint32]*[256]uint32),
+		sparse:    sparse,
+		sparseW:   sparse,
+		maxSparse: maxSparse,
+		sfresh:    make(map[uint32]*sparseGroup),
 		depth:     make([]uint8, slots),
 		dirty24:   make([]uint64, tbl24Entries/v4Page/64),
 	}
@@ -80,6 +180,10 @@ func newV4Table(maxGroups, slots int, groups interface {
 	t.free = make([]uint32, maxGroups)
 	for i := range t.free {
 		t.free[i] = uint32(maxGroups - 1 - i) // low numbers first
+	}
+	t.sfree = make([]uint32, maxSparse)
+	for i := range t.sfree {
+		t.sfree[i] = uint32(maxSparse - 1 - i)
 	}
 	return t, nil
 }
@@ -135,8 +239,11 @@ func (t *v4Table) needByLen() {
 // table are retired, so the pool must hold both sets' groups.
 func (t *v4Table) build(prefixes []v4Prefix) error {
 	for _, e := range t.tbl24 {
-		if e&v4Ext != 0 {
-			t.retire(e &^ v4Ext)
+		switch {
+		case isDense(e):
+			t.retire(e & v4ID)
+		case isSparse(e):
+			t.sretire(e & v4ID)
 		}
 	}
 	if !t.touched24 {
@@ -195,10 +302,28 @@ func (t *v4Table) build(prefixes []v4Prefix) error {
 	var g [256]uint32
 	for i := 0; i < len(long); {
 		i24 := long[i].addr >> 8
-		fill(g[:], t.tbl24[i24])
-		j := i
+		j, hosts := i, true
 		for ; j < len(long) && long[j].addr>>8 == i24; j++ {
-			p := long[j]
+			hosts = hosts && long[j].bits == 32
+		}
+		if hosts && j-i <= sparseMax {
+			s := sparseGroup{def: t.tbl24[i24]}
+			for _, p := range long[i:j] {
+				s.add(uint8(p.addr), p.val)
+			}
+			id, err := t.salloc()
+			if err != nil {
+				return err
+			}
+			if err := t.writeSparse(id, &s); err != nil {
+				return err
+			}
+			t.tbl24[i24] = v4Ext | v4Sparse | id
+			i = j
+			continue
+		}
+		fill(g[:], t.tbl24[i24])
+		for _, p := range long[i:j] {
 			start := p.addr & 0xff
 			fill(g[start:start+1<<(32-p.bits)], p.val)
 		}
@@ -241,13 +366,88 @@ func (t *v4Table) writeGroup(g uint32, b *[256]uint32) error {
 	return nil
 }
 
+func (t *v4Table) salloc() (uint32, error) {
+	n := len(t.sfree)
+	if n == 0 {
+		return 0, fmt.Errorf("IPv4 host routes in more /24s than the sparse pool's %d groups hold (a change needs the old and the new set's): %w (raise Options.IPv4HostBlocks)", t.maxSparse, ErrCapacity)
+	}
+	g := t.sfree[n-1]
+	t.sfree = t.sfree[:n-1]
+	return g, nil
+}
+
+func (t *v4Table) sretire(g uint32) {
+	if _, ok := t.sfresh[g]; ok {
+		delete(t.sfresh, g)
+		t.sfree = append(t.sfree, g)
+		return
+	}
+	t.sretired = append(t.sretired, g)
+}
+
+func (t *v4Table) writeSparse(g uint32, s *sparseGroup) error {
+	var b [sparseSize]byte
+	s.encode(b[:])
+	if _, err := t.sparseW.WriteAt(b[:], int64(g)*sparseSize); err != nil {
+		return fmt.Errorf("write sparse group: %w", err)
+	}
+	return nil
+}
+
+// sparseOf returns the sparse group entry e points to, for reading.
+func (t *v4Table) sparseOf(e uint32) (*sparseGroup, error) {
+	g := e & v4ID
+	if s, ok := t.sfresh[g]; ok {
+		return s, nil
+	}
+	var b [sparseSize]byte
+	if _, err := t.sparse.ReadAt(b[:], int64(g)*sparseSize); err != nil {
+		return nil, fmt.Errorf("read sparse group: %w", err)
+	}
+	s := new(sparseGroup)
+	if err := s.decode(b[:]); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// sparseFor returns the sparse group of /24 number i24 for changing, as
+// group does for tbl8 groups. The entry must be sparse or plain; a plain
+// entry gets a group with no hosts and the entry as def.
+func (t *v4Table) sparseFor(i24 uint32) (*sparseGroup, error) {
+	e := t.tbl24[i24]
+	if isSparse(e) {
+		if s, ok := t.sfresh[e&v4ID]; ok {
+			return s, nil
+		}
+	}
+	g, err := t.salloc()
+	if err != nil {
+		return nil, err
+	}
+	s := &sparseGroup{def: e}
+	if isSparse(e) {
+		old, err := t.sparseOf(e)
+		if err != nil {
+			t.sfree = append(t.sfree, g)
+			return nil, err
+		}
+		*s = *old
+		t.sretire(e & v4ID)
+	}
+	t.sfresh[g] = s
+	t.tbl24[i24] = v4Ext | v4Sparse | g
+	t.mark24(i24, i24+1)
+	return s, nil
+}
+
 // group returns the contents of the group of /24 number i24 for changing:
 // a fresh group, copied from the one there (or filled with the tbl24 entry
 // if there is none), which the entry then points to.
 func (t *v4Table) group(i24 uint32) (*[256]uint32, error) {
 	e := t.tbl24[i24]
-	if e&v4Ext != 0 {
-		if b, ok := t.fresh[e&^v4Ext]; ok {
+	if isDense(e) {
+		if b, ok := t.fresh[e&v4ID]; ok {
 			return b, nil
 		}
 	}
@@ -256,14 +456,27 @@ func (t *v4Table) group(i24 uint32) (*[256]uint32, error) {
 		return nil, err
 	}
 	b := new([256]uint32)
-	if e&v4Ext != 0 {
-		old := e &^ v4Ext
+	switch {
+	case isDense(e):
+		old := e & v4ID
 		if _, err := t.groups.ReadAt(u32Bytes(b[:]), int64(old)*1024); err != nil {
 			t.free = append(t.free, g)
 			return nil, fmt.Errorf("read tbl8 group: %w", err)
 		}
 		t.retire(old)
-	} else {
+	case isSparse(e):
+		// The /24 now needs more than host routes: make it dense.
+		s, err := t.sparseOf(e)
+		if err != nil {
+			t.free = append(t.free, g)
+			return nil, err
+		}
+		fill(b[:], s.def)
+		for i := range s.n {
+			b[s.key[i]] = s.val[i]
+		}
+		t.sretire(e & v4ID)
+	default:
 		fill(b[:], e)
 	}
 	t.fresh[g] = b
@@ -302,24 +515,55 @@ func (t *v4Table) insert(p v4Prefix) error {
 		}
 	}
 	if l > 24 {
-		b, err := t.group(p.addr >> 8)
-		if err != nil {
-			return err // nothing changed
+		i24 := p.addr >> 8
+		e := t.tbl24[i24]
+		host := false
+		if l == 32 && !isDense(e) {
+			host = true
+			if isSparse(e) {
+				s, err := t.sparseOf(e)
+				if err != nil {
+					return err
+				}
+				host = s.n < sparseMax
+			}
 		}
-		start := p.addr & 0xff
-		set(b[start : start+1<<(32-l)])
+		if host {
+			s, err := t.sparseFor(i24)
+			if err != nil {
+				return err
+			}
+			s.add(uint8(p.addr), p.val)
+		} else {
+			b, err := t.group(i24)
+			if err != nil {
+				return err // nothing changed
+			}
+			start := p.addr & 0xff
+			set(b[start : start+1<<(32-l)])
+		}
 	} else {
 		start := p.addr >> 8
 		end := start + 1<<(24-l)
 		for i := start; i < end; i++ {
 			e := t.tbl24[i]
-			if e&v4Ext != 0 {
+			switch {
+			case isDense(e):
 				b, err := t.group(i)
 				if err != nil {
 					return err
 				}
 				set(b[:])
-			} else if t.depthOf(e) <= d {
+			case isSparse(e):
+				// Hosts are longer than p: only def can change.
+				s, err := t.sparseFor(i)
+				if err != nil {
+					return err
+				}
+				if t.depthOf(s.def) <= d {
+					s.def = p.val
+				}
+			case t.depthOf(e) <= d:
 				t.tbl24[i] = p.val
 			}
 		}
@@ -357,7 +601,25 @@ func (t *v4Table) remove(p v4Prefix) error {
 	}
 	if l > 24 {
 		i24 := p.addr >> 8
-		if t.tbl24[i24]&v4Ext == 0 {
+		e := t.tbl24[i24]
+		if isSparse(e) {
+			if l != 32 {
+				return nil // a sparse group holds only hosts
+			}
+			s, err := t.sparseFor(i24)
+			if err != nil {
+				return err
+			}
+			s.remove(uint8(p.addr))
+			if s.n == 0 {
+				g := t.tbl24[i24] & v4ID
+				t.tbl24[i24] = s.def
+				t.mark24(i24, i24+1)
+				t.sretire(g)
+			}
+			return nil
+		}
+		if !isDense(e) {
 			return nil
 		}
 		b, err := t.group(i24)
@@ -373,14 +635,26 @@ func (t *v4Table) remove(p v4Prefix) error {
 	end := start + 1<<(24-l)
 	for i := start; i < end; i++ {
 		e := t.tbl24[i]
-		if e&v4Ext != 0 {
+		switch {
+		case isDense(e):
 			b, err := t.group(i)
 			if err != nil {
 				return err
 			}
 			replace(b[:])
 			t.collapse(i)
-		} else if e == p.val {
+		case isSparse(e):
+			s, err := t.sparseOf(e)
+			if err != nil {
+				return err
+			}
+			if s.def == p.val {
+				if s, err = t.sparseFor(i); err != nil {
+					return err
+				}
+				s.def = parent
+			}
+		case e == p.val:
 			t.tbl24[i] = parent
 		}
 	}
@@ -388,17 +662,39 @@ func (t *v4Table) remove(p v4Prefix) error {
 	return nil
 }
 
-// collapse turns /24 number i24 (whose group is fresh) back into a plain
-// entry if the group no longer holds anything longer than /24.
+// collapse turns /24 number i24 (whose tbl8 group is fresh) back into a
+// plain entry if the group no longer holds anything longer than /24, or
+// into a sparse group if all it holds longer than /24 is a few hosts.
 func (t *v4Table) collapse(i24 uint32) {
-	g := t.tbl24[i24] &^ v4Ext
+	g := t.tbl24[i24] & v4ID
 	b := t.fresh[g]
-	for _, v := range b {
-		if v != b[0] || t.depthOf(v) > 25 {
-			return
+	var s sparseGroup
+	def, hosts := uint32(0), 0
+	for i, v := range b {
+		switch d := t.depthOf(v); {
+		case d == 33:
+			if hosts == sparseMax {
+				return
+			}
+			s.key[hosts], s.val[hosts] = uint8(i), v
+			hosts++
+		case d > 25:
+			return // a /25-/31
+		default:
+			def = v // the same in every entry: prefixes of up to /24
 		}
 	}
-	t.tbl24[i24] = b[0]
+	if hosts == 0 {
+		t.tbl24[i24] = def
+	} else {
+		id, err := t.salloc()
+		if err != nil {
+			return // the sparse pool is full: stay a tbl8 group
+		}
+		s.def, s.n = def, hosts
+		t.sfresh[id] = &s
+		t.tbl24[i24] = v4Ext | v4Sparse | id
+	}
 	t.mark24(i24, i24+1)
 	t.retire(g)
 }
@@ -412,6 +708,12 @@ func (t *v4Table) flush() error {
 		}
 	}
 	clear(t.fresh)
+	for g, s := range t.sfresh {
+		if err := t.writeSparse(g, s); err != nil {
+			return err
+		}
+	}
+	clear(t.sfresh)
 	return nil
 }
 
@@ -420,6 +722,8 @@ func (t *v4Table) flush() error {
 func (t *v4Table) committed() {
 	t.free = append(t.free, t.retired...)
 	t.retired = t.retired[:0]
+	t.sfree = append(t.sfree, t.sretired...)
+	t.sretired = t.sretired[:0]
 	clear(t.dirty24)
 	t.allDirty = false
 }
@@ -438,8 +742,15 @@ func maskV4(l int) uint32 {
 // lookup is what the program does, for tests.
 func (t *v4Table) lookup(a uint32) uint32 {
 	e := t.tbl24[a>>8]
+	if isSparse(e) {
+		s, err := t.sparseOf(e)
+		if err != nil {
+			return 0xffffffff
+		}
+		return s.get(uint8(a))
+	}
 	if e&v4Ext != 0 {
-		g := e &^ v4Ext
+		g := e & v4ID
 		if b, ok := t.fresh[g]; ok {
 			return b[a&0xff]
 		}
@@ -452,9 +763,14 @@ func (t *v4Table) lookup(a uint32) uint32 {
 	return e
 }
 
-// liveGroups counts the groups the table (this copy) points to.
+// liveGroups counts the tbl8 groups the table (this copy) points to.
 func (t *v4Table) liveGroups() int {
 	return t.maxGroups - len(t.free) - len(t.retired)
+}
+
+// liveSparse counts the sparse groups the table points to.
+func (t *v4Table) liveSparse() int {
+	return t.maxSparse - len(t.sfree) - len(t.sretired)
 }
 
 // forDirty calls fn for each run of dirty pages of tbl24 (as entry
@@ -492,13 +808,20 @@ func (t *v4Table) reload(half24 io.ReaderAt, prefixes []v4Prefix) error {
 		return fmt.Errorf("read IPv4 prefix table: %w", err)
 	}
 	used := make([]uint64, (t.maxGroups+63)/64)
+	sused := make([]uint64, (t.maxSparse+63)/64)
 	for _, e := range t.tbl24 {
-		if e&v4Ext != 0 {
-			g := e &^ v4Ext
+		g := e & v4ID
+		switch {
+		case isDense(e):
 			if int(g) >= t.maxGroups {
 				return errors.New("IPv4 prefix table points past the tbl8 pool")
 			}
 			used[g/64] |= 1 << (g % 64)
+		case isSparse(e):
+			if int(g) >= t.maxSparse {
+				return errors.New("IPv4 prefix table points past the sparse pool")
+			}
+			sused[g/64] |= 1 << (g % 64)
 		}
 	}
 	t.free = t.free[:0]
@@ -507,8 +830,16 @@ func (t *v4Table) reload(half24 io.ReaderAt, prefixes []v4Prefix) error {
 			t.free = append(t.free, uint32(g))
 		}
 	}
+	t.sfree = t.sfree[:0]
+	for g := t.maxSparse - 1; g >= 0; g-- {
+		if sused[g/64]&(1<<(g%64)) == 0 {
+			t.sfree = append(t.sfree, uint32(g))
+		}
+	}
 	clear(t.fresh)
 	t.retired = t.retired[:0]
+	clear(t.sfresh)
+	t.sretired = t.sretired[:0]
 	clear(t.depth)
 	for _, p := range prefixes {
 		t.depth[valSlot(p.val)] = p.bits + 1

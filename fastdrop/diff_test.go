@@ -402,7 +402,7 @@ func TestV4TableOps(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(*diffSeed, 2))
 	const pool = 64
-	tab, err := newV4Table(pool, 1<<12, make(memStore, pool*1024))
+	tab, err := newV4Table(pool, pool, 1<<12, make(memStore, pool*1024), make(memStore, pool*sparseSize))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,6 +423,7 @@ func TestV4TableOps(t *testing.T) {
 		}
 		return best
 	}
+	var maxSparse, maxDense int
 	for op := range 3000 {
 		if len(live) > 0 && rng.IntN(2) == 0 {
 			for p, v := range live {
@@ -434,8 +435,11 @@ func TestV4TableOps(t *testing.T) {
 			}
 		} else {
 			bits := uint8(16 + rng.IntN(17))
-			if rng.IntN(10) == 0 {
+			switch rng.IntN(10) {
+			case 0:
 				bits = uint8(rng.IntN(33))
+			case 1, 2, 3:
+				bits = 32 // host routes: sparse groups, made dense past sparseMax
 			}
 			a := (bases[rng.IntN(len(bases))] ^ uint32(rng.IntN(1024))) & maskV4(int(bits))
 			p := pfx{a, bits}
@@ -453,6 +457,8 @@ func TestV4TableOps(t *testing.T) {
 			t.Fatal(err)
 		}
 		tab.committed()
+		maxSparse = max(maxSparse, tab.liveSparse())
+		maxDense = max(maxDense, tab.liveGroups())
 		for range 20 {
 			a := bases[rng.IntN(len(bases))] ^ uint32(rng.IntN(2048))
 			if got, want := tab.lookup(a), lookup(a); got != want {
@@ -468,8 +474,11 @@ func TestV4TableOps(t *testing.T) {
 			long[p.addr>>8] = true
 		}
 	}
-	if n := tab.liveGroups(); n != len(long) {
-		t.Errorf("%d groups in use, for %d /24s with longer prefixes", n, len(long))
+	if maxSparse == 0 || maxDense == 0 {
+		t.Errorf("at most %d sparse and %d tbl8 groups in use: both kinds should have been", maxSparse, maxDense)
+	}
+	if n, s := tab.liveGroups(), tab.liveSparse(); n+s != len(long) {
+		t.Errorf("%d tbl8 and %d sparse groups in use, for %d /24s with longer prefixes", n, s, len(long))
 	}
 }
 

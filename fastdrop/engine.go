@@ -35,7 +35,8 @@ var (
 //
 // Kernel memory, with n possible CPUs:
 //   - IPv4 prefixes: 128 MiB, fixed (DIR-24-8's tbl24, 64 MiB per half),
-//     plus 2 KiB per IPv4Blocks (the tbl8 pool both halves share);
+//     plus 2 KiB per IPv4Blocks (the tbl8 pool both halves share) and
+//     128 bytes per IPv4HostBlocks (the sparse pool);
 //   - IPv6 prefixes: 64 bytes per IPv6Entries (32 per half);
 //   - rules: 2 × (64 + 16n) bytes per MaxRules (a record and per-CPU
 //     counters per rule, for the old and the new set);
@@ -49,9 +50,14 @@ type Options struct {
 	// have. Default 65,536.
 	MaxRules int
 	// IPv4Blocks is how many /24 blocks may hold IPv4 prefixes longer
-	// than /24 (each needs a 256-entry tbl8 group). A blocklist of n
-	// random /32s needs about n. Default 4,096.
+	// than /24 other than a few host routes (each needs a 256-entry tbl8
+	// group). Default 4,096.
 	IPv4Blocks int
+	// IPv4HostBlocks is how many /24 blocks may hold host routes (/32s)
+	// and no other prefix longer than /24, at most 11 of them (each needs
+	// a 64-byte sparse group). A blocklist of n random /32s needs about n
+	// here and none in IPv4Blocks. Default 65,536.
+	IPv4HostBlocks int
 	// IPv6Entries is the size of the IPv6 prefix hash table (per half),
 	// rounded up to a power of two. IPv6 prefixes and their markers (at
 	// most one per prefix per level of the search, usually far fewer) may
@@ -68,7 +74,9 @@ type Options struct {
 func CapacityFor(rs *RuleSet, grow float64) Options {
 	grow = max(grow, 1)
 	var n, v6 int
-	blocks := make(map[uint32]struct{})
+	// Per /24 with longer prefixes: its host routes, or -1 if it holds a
+	// /25-/31 (then it needs a tbl8 group, as it does with too many hosts).
+	blocks := make(map[uint32]int)
 	for _, r := range rs.Rules {
 		n++
 		if !r.IsPrefixOnly() {
@@ -77,16 +85,29 @@ func CapacityFor(rs *RuleSet, grow float64) Options {
 		if r.Src.Addr().Is4() {
 			if r.Src.Bits() > 24 {
 				p := v4PrefixOf(r.Src, 0)
-				blocks[p.addr>>8] = struct{}{}
+				if h := blocks[p.addr>>8]; h >= 0 && p.bits == 32 {
+					blocks[p.addr>>8] = h + 1
+				} else {
+					blocks[p.addr>>8] = -1
+				}
 			}
 		} else {
 			v6++
 		}
 	}
+	var dense, sparse int
+	for _, h := range blocks {
+		if h < 0 || h > sparseMax {
+			dense++
+		} else {
+			sparse++
+		}
+	}
 	o := Options{
-		MaxRules:    int(float64(n)*grow) + 1024,
-		IPv4Blocks:  int(float64(len(blocks))*grow) + 256,
-		IPv6Entries: int(1.8*float64(v6)*grow) + 1024, // prefixes and markers at a load of 3/4
+		MaxRules:       int(float64(n)*grow) + 1024,
+		IPv4Blocks:     int(float64(dense)*grow) + 256,
+		IPv4HostBlocks: int(float64(sparse)*grow) + 4096,
+		IPv6Entries:    int(1.8*float64(v6)*grow) + 1024, // prefixes and markers at a load of 3/4
 	}
 	return o.withDefaults()
 }
@@ -97,6 +118,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.IPv4Blocks <= 0 {
 		o.IPv4Blocks = 4096
+	}
+	if o.IPv4HostBlocks <= 0 {
+		o.IPv4HostBlocks = 1 << 16
 	}
 	if o.IPv6Entries <= 0 {
 		o.IPv6Entries = 1 << 17
@@ -112,7 +136,7 @@ func (o Options) withDefaults() Options {
 // The maps a later process needs, by the names they are pinned under.
 var mapNames = []string{
 	gen.FastdropMapFdMain,
-	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV6Tab,
+	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV4Sparse, gen.FastdropMapFdV6Tab,
 	gen.FastdropMapFdCounters,
 	gen.FastdropMapFdRules,
 }
@@ -134,14 +158,14 @@ type Engine struct {
 	prog *ebpf.Program
 	maps map[string]*ebpf.Map
 	mem  struct {
-		main                      *ebpf.Memory
-		ctl, cls, tbl24           memSection // parts of main
-		tbl8, v6, counters, rules *ebpf.Memory
+		main                              *ebpf.Memory
+		ctl, cls, tbl24                   memSection // parts of main
+		tbl8, sparse, v6, counters, rules *ebpf.Memory
 	}
 	syncOuter, syncInner *ebpf.Map
 	lockDir              *os.File
 
-	ncpu, nslots, groups, v6cap int
+	ncpu, nslots, groups, sparse, v6cap int
 
 	// The rule set in force, with each rule's key and counter slot.
 	rules     []Rule
@@ -205,6 +229,7 @@ func New(opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("fastdrop: MaxRules %d: at most %d", opts.MaxRules, valSlotMask-firstRule)
 	}
 	spec.Maps[gen.FastdropMapFdV4Tbl8].MaxEntries = uint32(2 * opts.IPv4Blocks)
+	spec.Maps[gen.FastdropMapFdV4Sparse].MaxEntries = uint32(2 * opts.IPv4HostBlocks)
 	spec.Maps[gen.FastdropMapFdV6Tab].ValueSize = uint32(opts.IPv6Entries * v6EntSize)
 	if err := spec.Variables[gen.FastdropVarFdV6Cap].Set(uint32(opts.IPv6Entries)); err != nil {
 		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdV6Cap, err)
@@ -323,6 +348,7 @@ func (e *Engine) setup() error {
 	e.nslots = int(e.maps[gen.FastdropMapFdRules].MaxEntries())
 	e.ncpu = int(e.maps[gen.FastdropMapFdCounters].MaxEntries()) / e.nslots
 	e.groups = int(e.maps[gen.FastdropMapFdV4Tbl8].MaxEntries()) // the shared pool
+	e.sparse = int(e.maps[gen.FastdropMapFdV4Sparse].MaxEntries())
 	e.v6cap = int(e.maps[gen.FastdropMapFdV6Tab].ValueSize()) / v6EntSize
 	for _, m := range []struct {
 		name string
@@ -330,6 +356,7 @@ func (e *Engine) setup() error {
 	}{
 		{gen.FastdropMapFdMain, &e.mem.main},
 		{gen.FastdropMapFdV4Tbl8, &e.mem.tbl8},
+		{gen.FastdropMapFdV4Sparse, &e.mem.sparse},
 		{gen.FastdropMapFdV6Tab, &e.mem.v6},
 		{gen.FastdropMapFdCounters, &e.mem.counters},
 		{gen.FastdropMapFdRules, &e.mem.rules},
@@ -382,7 +409,7 @@ func (e *Engine) resetTables() error {
 		return err
 	}
 	var err error
-	if e.v4, err = newV4Table(e.groups, e.nslots, e.mem.tbl8); err != nil {
+	if e.v4, err = newV4Table(e.groups, e.sparse, e.nslots, e.mem.tbl8, e.mem.sparse); err != nil {
 		return fmt.Errorf("fastdrop: %w", err)
 	}
 	if e.v6, err = newV6Table(e.v6cap); err != nil {
@@ -1151,6 +1178,9 @@ func (e *Engine) compileChange(p *plan) error {
 	}
 	if n := e.v4.liveGroups(); n > e.groups/2 {
 		return fmt.Errorf("IPv4 prefixes longer than /24 in %d different /24s: %w (raise Options.IPv4Blocks, now %d)", n, ErrCapacity, e.groups/2)
+	}
+	if n := e.v4.liveSparse(); n > e.sparse/2 {
+		return fmt.Errorf("IPv4 host routes in %d different /24s: %w (raise Options.IPv4HostBlocks, now %d)", n, ErrCapacity, e.sparse/2)
 	}
 	if v6changed {
 		var all []v6Prefix

@@ -356,7 +356,7 @@ func TestAddDeleteReplace(t *testing.T) {
 }
 
 func TestCapacityErrors(t *testing.T) {
-	e := newTestEngine(t, Options{MaxRules: 100, IPv4Blocks: 4, IPv6Entries: 1024})
+	e := newTestEngine(t, Options{MaxRules: 100, IPv4Blocks: 4, IPv4HostBlocks: 4, IPv6Entries: 1024})
 	many := func(n int, f func(i int) string) *RuleSet {
 		var b strings.Builder
 		for i := range n {
@@ -370,10 +370,15 @@ func TestCapacityErrors(t *testing.T) {
 		want string
 	}{
 		{"rules", many(101, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.0/24", i) }), "MaxRules"},
-		{"IPv4 blocks", many(5, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.1", i) }), "IPv4Blocks"},
-		{"IPv4 blocks, all", many(4, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.1", i) }), ""},
+		{"IPv4 blocks", many(5, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.16/28", i) }), "IPv4Blocks"},
+		{"IPv4 host blocks", many(5, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.1", i) }), "IPv4HostBlocks"},
+		// 12 hosts in one /24 are more than a sparse group holds.
+		{"IPv4 hosts, dense", many(12*5, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.%d", i/12, 1+i%12) }), "IPv4Blocks"},
+		{"IPv4 blocks, all", many(4, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.16/28", i) }), ""},
 		// A complete replacement needs both sets' groups and slots at once.
-		{"IPv4 blocks, all replaced", many(4, func(i int) string { return fmt.Sprintf("drop src 10.1.%d.1", i) }), ""},
+		{"IPv4 blocks, all replaced", many(4, func(i int) string { return fmt.Sprintf("drop src 10.1.%d.16/28", i) }), ""},
+		{"IPv4 host blocks, all", many(4, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.1", i) }), ""},
+		{"IPv4 host blocks, all replaced", many(4, func(i int) string { return fmt.Sprintf("drop src 10.1.%d.1", i) }), ""},
 		{"rules, all replaced", many(100, func(i int) string { return fmt.Sprintf("drop src 2001:db8:%x::/48", i) }), ""},
 	} {
 		err := e.Apply(tc.rs)
@@ -592,4 +597,88 @@ func TestDuplicatePrefixes(t *testing.T) {
 	if err != nil || got.Result != kPrefix(ActionDrop, 0) {
 		t.Errorf("after the errors: %v %v", got, err)
 	}
+}
+
+// TestHostRoutes follows a /24 through the forms DIR-24-8 gives it as host
+// routes come and go: a sparse group while it holds at most sparseMax
+// hosts and nothing else longer than /24, a tbl8 group past that, and a
+// plain entry once nothing longer is left, checking the program's verdicts
+// at each step.
+func TestHostRoutes(t *testing.T) {
+	e := newTestEngine(t, testOptions)
+	i24 := uint32(198)<<16 | 51<<8 | 100
+	form := func() string {
+		switch v := e.v4.tbl24[i24]; {
+		case isSparse(v):
+			return "sparse"
+		case isDense(v):
+			return "dense"
+		}
+		return "plain"
+	}
+	expect := func(step, wantForm string, cases map[string]Result) {
+		t.Helper()
+		if got := form(); got != wantForm {
+			t.Errorf("%s: the /24 is %s, want %s", step, got, wantForm)
+		}
+		for src, want := range cases {
+			got, err := newRunner(e).run(frames.UDP4(src, "10.0.0.1", 1000, 53, 10).Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Result.Verdict != want.Verdict || got.Result.Class != want.Class {
+				t.Errorf("%s: %s gets %v, want %v", step, src, got, want)
+			}
+		}
+	}
+	drop, pass := kPrefix(ActionDrop, 0), kPrefix(ActionPass, 0)
+	mustApply(t, e, kParse(t, "drop src 198.51.100.0/24\npass src 198.51.100.7"))
+	expect("one host", "sparse", map[string]Result{"198.51.100.7": pass, "198.51.100.8": drop, "198.51.101.7": kDefault(ActionPass)})
+
+	var hosts []Rule
+	for i := range sparseMax {
+		hosts = append(hosts, kParse(t, fmt.Sprintf("pass src 198.51.100.%d", 100+i)).Rules...)
+	}
+	if err := e.Add(hosts[:sparseMax-1]...); err != nil {
+		t.Fatal(err)
+	}
+	expect("a full sparse group", "sparse", map[string]Result{"198.51.100.7": pass, "198.51.100.100": pass, "198.51.100.99": drop})
+	if err := e.Add(hosts[sparseMax-1]); err != nil {
+		t.Fatal(err)
+	}
+	last := fmt.Sprintf("198.51.100.%d", 100+sparseMax-1)
+	expect("one host more", "dense", map[string]Result{"198.51.100.7": pass, last: pass, "198.51.100.99": drop})
+
+	// A covering prefix changes the val of the addresses no host takes.
+	if err := e.Delete(kParse(t, "drop src 198.51.100.0/24").Rules...); err != nil {
+		t.Fatal(err)
+	}
+	expect("without the /24", "dense", map[string]Result{last: pass, "198.51.100.99": kDefault(ActionPass)})
+	if err := e.Add(kParse(t, "drop src 198.51.0.0/16").Rules...); err != nil {
+		t.Fatal(err)
+	}
+	expect("under a /16", "dense", map[string]Result{last: pass, "198.51.100.99": drop})
+
+	// A whole replacement lays hosts out afresh; then a /28 needs a group.
+	mustApply(t, e, kParse(t, "drop src 198.51.0.0/16\npass src 198.51.100.7\npass src 198.51.100.200"))
+	expect("replaced", "sparse", map[string]Result{"198.51.100.200": pass, "198.51.100.199": drop})
+	if err := e.Add(kParse(t, "pass src 198.51.100.16/28").Rules...); err != nil {
+		t.Fatal(err)
+	}
+	expect("with a /28", "dense", map[string]Result{"198.51.100.200": pass, "198.51.100.17": pass, "198.51.100.99": drop})
+	if err := e.Delete(kParse(t, "pass src 198.51.100.16/28\npass src 198.51.100.7\npass src 198.51.100.200").Rules...); err != nil {
+		t.Fatal(err)
+	}
+	expect("no hosts left", "plain", map[string]Result{"198.51.100.200": drop})
+
+	// From a plain /24, a host makes a sparse group, and its removal
+	// takes it away again.
+	if err := e.Add(kParse(t, "pass src 198.51.100.9").Rules...); err != nil {
+		t.Fatal(err)
+	}
+	expect("a host again", "sparse", map[string]Result{"198.51.100.9": pass, "198.51.100.10": drop})
+	if err := e.Delete(kParse(t, "pass src 198.51.100.9").Rules...); err != nil {
+		t.Fatal(err)
+	}
+	expect("and gone", "plain", map[string]Result{"198.51.100.9": drop})
 }

@@ -121,6 +121,7 @@ const (
 	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 6985728
 	FastdropFdLayoutFD_V4TBL24        FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
+	FastdropFdLayoutFD_V4SPARSE_MAX   FastdropFdLayout = 11
 	FastdropFdLayoutFD_V6ENT_SIZE     FastdropFdLayout = 32
 	FastdropFdLayoutFD_MAIN_CTL       FastdropFdLayout = 0
 	FastdropFdLayoutFD_MAIN_CLS       FastdropFdLayout = 4096
@@ -192,6 +193,15 @@ type FastdropFdTraceRec struct {
 	Val     uint32
 }
 
+type FastdropFdV4Sparse struct {
+	_   structs.HostLayout
+	Def uint32
+	N   uint32
+	Key [11]uint8
+	Pad uint8
+	Val [11]uint32
+}
+
 type FastdropFdV6Ent struct {
 	_     structs.HostLayout
 	Hi    uint64
@@ -214,6 +224,7 @@ const (
 	FastdropMapFdLpmVerdicts   = "fd_lpm_verdicts"
 	FastdropMapFdMain          = "fd_main"
 	FastdropMapFdRules         = "fd_rules"
+	FastdropMapFdV4Sparse      = "fd_v4_sparse"
 	FastdropMapFdV4Tbl8        = "fd_v4_tbl8"
 	FastdropMapFdV6Tab         = "fd_v6_tab"
 	FastdropProgXdpFastdrop    = "xdp_fastdrop"
@@ -280,6 +291,7 @@ type FastdropMapSpecs struct {
 	FdLpmVerdicts *ebpf.MapSpec `ebpf:"fd_lpm_verdicts"`
 	FdMain        *ebpf.MapSpec `ebpf:"fd_main"`
 	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
+	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
 	FdV6Tab       *ebpf.MapSpec `ebpf:"fd_v6_tab"`
 }
@@ -320,6 +332,7 @@ type FastdropMaps struct {
 	FdLpmVerdicts *ebpf.Map `ebpf:"fd_lpm_verdicts"`
 	FdMain        *ebpf.Map `ebpf:"fd_main"`
 	FdRules       *ebpf.Map `ebpf:"fd_rules"`
+	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
 	FdV6Tab       *ebpf.Map `ebpf:"fd_v6_tab"`
 }
@@ -332,6 +345,7 @@ func (m *FastdropMaps) Close() error {
 		m.FdLpmVerdicts,
 		m.FdMain,
 		m.FdRules,
+		m.FdV4Sparse,
 		m.FdV4Tbl8,
 		m.FdV6Tab,
 	)
