@@ -131,6 +131,23 @@ func v4Mix(n int, seed uint64) (ps []netip.Prefix, hit netip.Addr) {
 	return ps, hit
 }
 
+// v4Hosts returns n distinct random IPv4 addresses as /32s, a blocklist
+// of attack sources; hit is one of them.
+func v4Hosts(n int, seed uint64) (ps []netip.Prefix, hit netip.Addr) {
+	rng := rand.New(rand.NewPCG(seed, 32))
+	seen := make(map[netip.Prefix]bool, n)
+	for len(ps) < n {
+		a := netip.AddrFrom4([4]byte{byte(1 + rng.IntN(223)), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())})
+		p := netip.PrefixFrom(a, 32)
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		ps = append(ps, p)
+	}
+	return ps, ps[n/2].Addr()
+}
+
 // v6Mix returns n distinct IPv6 prefixes: 40% /48, 25% /64, 15% /56, 10%
 // /32, 5% /128, 5% any length from /20 to /127, under 2000::/4. hit is an
 // address inside one of the /48s.
@@ -282,6 +299,7 @@ func BenchmarkFastdrop(b *testing.B) {
 	bare := loadBare(b)
 	v4s10k, hit10k := v4Mix(10_000, 1)
 	v4s1m, hit1m := v4Mix(1_000_000, 2)
+	hosts1m, hitHost := v4Hosts(1_000_000, 4)
 	v6s1m, hit6 := v6Mix(1_000_000, 3)
 	cases := []struct {
 		name     string
@@ -294,6 +312,7 @@ func BenchmarkFastdrop(b *testing.B) {
 		{"prefixes=10k", 0, v4s10k, benchFrame4(hit10k)},
 		{"prefixes=1M-IPv4", 0, v4s1m, benchFrame4(hit1m)},
 		{"prefixes=1M-IPv4/miss", 0, v4s1m, benchFrame4(missAddr(v4s1m, false))},
+		{"prefixes=1M-IPv4-hosts", 0, hosts1m, benchFrame4(hitHost)},
 		{"prefixes=1M-IPv6", 0, v6s1m, benchFrame6(hit6)},
 		{"prefixes=1M-IPv6/miss", 0, v6s1m, benchFrame6(missAddr(v6s1m, true))},
 		{"compound=1", 1, nil, benchFrame4(hit10k)},
@@ -329,6 +348,7 @@ func BenchmarkLPMTrie(b *testing.B) {
 	bare := loadBare(b)
 	v4s10k, hit10k := v4Mix(10_000, 1)
 	v4s1m, hit1m := v4Mix(1_000_000, 2)
+	hosts1m, hitHost := v4Hosts(1_000_000, 4)
 	v6s1m, hit6 := v6Mix(1_000_000, 3)
 	for _, tc := range []struct {
 		name     string
@@ -338,6 +358,7 @@ func BenchmarkLPMTrie(b *testing.B) {
 		{"prefixes=10k", v4s10k, benchFrame4(hit10k)},
 		{"prefixes=1M-IPv4", v4s1m, benchFrame4(hit1m)},
 		{"prefixes=1M-IPv4/miss", v4s1m, benchFrame4(missAddr(v4s1m, false))},
+		{"prefixes=1M-IPv4-hosts", hosts1m, benchFrame4(hitHost)},
 		{"prefixes=1M-IPv6", v6s1m, benchFrame6(hit6)},
 		{"prefixes=1M-IPv6/miss", v6s1m, benchFrame6(missAddr(v6s1m, true))},
 	} {
@@ -399,22 +420,30 @@ func loadLPM(b *testing.B, prefixes []netip.Prefix) *ebpf.Program {
 func BenchmarkLoad(b *testing.B) {
 	testenv.RequireRoot(b)
 	v4s, _ := v4Mix(1_000_000, 2)
+	hosts, _ := v4Hosts(1_000_000, 4)
 	v6s, _ := v6Mix(1_000_000, 3)
 	for _, tc := range []struct {
 		name string
 		ps   []netip.Prefix
-	}{{"1M-IPv4", v4s}, {"1M-IPv6", v6s}} {
+	}{{"1M-IPv4", v4s}, {"1M-IPv4-hosts", hosts}, {"1M-IPv6", v6s}} {
 		rs := &RuleSet{Rules: PrefixRules(ActionDrop, tc.ps)}
 		b.Run(tc.name, func(b *testing.B) {
-			var total time.Duration
+			var total, creating time.Duration
+			var mem uint64
 			for range b.N {
 				b.StopTimer()
+				start := time.Now()
 				e, err := New(CapacityFor(rs, 1.1))
 				if err != nil {
 					b.Fatal(err)
 				}
+				creating += time.Since(start)
+				mem = 0
+				for _, m := range e.Maps() {
+					mem += uint64(m.MaxEntries()) * uint64((m.ValueSize()+7)&^7)
+				}
 				b.StartTimer()
-				start := time.Now()
+				start = time.Now()
 				if err := e.Apply(rs); err != nil {
 					b.Fatal(err)
 				}
@@ -423,6 +452,8 @@ func BenchmarkLoad(b *testing.B) {
 				e.Close()
 			}
 			b.ReportMetric(total.Seconds()/float64(b.N), "s/load")
+			b.ReportMetric(creating.Seconds()/float64(b.N), "s/new")
+			b.ReportMetric(float64(mem)/(1<<20), "MiB")
 		})
 	}
 }
