@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -28,6 +30,74 @@ func (a *Attachment) ReplaceConfig(prog *ebpf.Program, config map[string]string)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.replace(prog, maps.Clone(config))
+}
+
+// ReplaceWithMaps is Replace for a program that brings maps of its own
+// (the same program loaded again with bigger tables, say): the program is
+// swapped atomically, then newMaps take the place of the attachment's maps,
+// and of their pins under MapsDir, each pin by an atomic rename; pins of
+// old maps that newMaps lacks are removed. A process that opens the pins
+// while this runs may find the new program with some of the old maps.
+func (a *Attachment) ReplaceWithMaps(prog *ebpf.Program, newMaps map[string]*ebpf.Map) (err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ctx := "replace program and maps on " + a.iface
+	clones := make(map[string]*ebpf.Map, len(newMaps))
+	defer func() {
+		if err != nil {
+			for _, m := range clones {
+				m.Close()
+			}
+		}
+	}()
+	for n, m := range newMaps {
+		if err := checkName("map", n); err != nil {
+			return fmt.Errorf("%s: %w", ctx, err)
+		}
+		c, err := m.Clone()
+		if err != nil {
+			return fmt.Errorf("%s: map %s: %w", ctx, n, err)
+		}
+		clones[n] = c
+	}
+	names := slices.Sorted(maps.Keys(newMaps))
+	old := a.meta.Maps
+	a.meta.Maps = names // recorded in the new metadata map
+	if err := a.replace(prog, a.meta.Config); err != nil {
+		a.meta.Maps = old
+		return err
+	}
+	if a.pinDir != "" {
+		var errs []error
+		for _, n := range names {
+			m := clones[n]
+			errs = append(errs, repin(a.MapsDir(), escapePin(n), func(p string) error { return pinMap(m, p) }))
+		}
+		for _, n := range old {
+			if _, ok := clones[n]; !ok {
+				if err := os.Remove(filepath.Join(a.MapsDir(), escapePin(n))); err != nil && !errors.Is(err, os.ErrNotExist) {
+					errs = append(errs, wrapErr("remove pin of map "+n, err))
+				}
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			// The new program runs; say which pins could not follow.
+			a.swapMaps(clones)
+			clones = nil
+			return fmt.Errorf("%s: the new program runs, but: %w", ctx, err)
+		}
+	}
+	a.swapMaps(clones)
+	clones = nil
+	return nil
+}
+
+// swapMaps makes m the attachment's maps, closing the old ones.
+func (a *Attachment) swapMaps(m map[string]*ebpf.Map) {
+	for _, old := range a.maps {
+		old.Close()
+	}
+	a.maps = m
 }
 
 // linkUpdater is what the XDP bpf_link of cilium/ebpf offers beyond Link.

@@ -3,6 +3,7 @@ package loader_test
 import (
 	"encoding/binary"
 	"net"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -165,4 +166,49 @@ func TestReplacePinned(t *testing.T) {
 	require.NoError(t, c.Detach())
 	requireClean(t, v.Name, root)
 	require.Error(t, c.Replace(objs.XdpDrop), "replace after detach")
+}
+
+// TestReplaceWithMaps swaps in a program that brings its own maps: the pins
+// under MapsDir follow (a map it lacks loses its pin), and so does the
+// recorded list of maps a later process finds.
+func TestReplaceWithMaps(t *testing.T) {
+	v := testenv.NewVeth(t, testenv.VethOptions{})
+	root := testenv.TempPinDir(t)
+	first := loadBasic(t, gen.BasicVerdictVERDICT_DROP)
+	second := loadBasic(t, gen.BasicVerdictVERDICT_DROP)
+	a, err := loader.Attach(first.XdpCount, loader.Options{Interface: v.Name, Pin: true, PinRoot: root,
+		Maps: map[string]*ebpf.Map{"verdicts": first.Verdicts, "old": first.Verdicts}})
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+
+	require.NoError(t, a.ReplaceWithMaps(second.XdpCount, map[string]*ebpf.Map{"verdicts": second.Verdicts, "new": second.Verdicts}))
+	idOf := func(m *ebpf.Map) ebpf.MapID {
+		info, err := m.Info()
+		require.NoError(t, err)
+		id, ok := info.ID()
+		require.True(t, ok)
+		return id
+	}
+	pinned, err := ebpf.LoadPinnedMap(filepath.Join(a.MapsDir(), "verdicts"), nil)
+	require.NoError(t, err)
+	defer pinned.Close()
+	require.Equal(t, idOf(second.Verdicts), idOf(pinned), "the pin is the new map")
+	require.FileExists(t, filepath.Join(a.MapsDir(), "new"))
+	require.NoFileExists(t, filepath.Join(a.MapsDir(), "old"))
+	require.Equal(t, idOf(second.Verdicts), idOf(a.Map("verdicts")))
+	require.NoError(t, a.Close())
+
+	b, err := loader.Open(v.Name, root)
+	require.NoError(t, err)
+	require.Equal(t, []string{"new", "verdicts"}, b.Meta().Maps)
+	require.Equal(t, idOf(second.Verdicts), idOf(b.Map("verdicts")))
+	info, err := b.Program().Info()
+	require.NoError(t, err)
+	progID, _ := info.ID()
+	want, err := second.XdpCount.Info()
+	require.NoError(t, err)
+	wantID, _ := want.ID()
+	require.Equal(t, wantID, progID, "the new program runs and is pinned")
+	require.NoError(t, b.Detach())
+	requireClean(t, v.Name, root)
 }

@@ -3,6 +3,7 @@ package tests
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,6 +201,69 @@ func TestCLIDropLifecycle(t *testing.T) {
 	require.False(t, l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached, "no XDP program left on the interface")
 	r = cli(t, "stats", "--iface", v.Name)
 	requireOneLineError(t, r, 1, "neither fast drop nor redirect runs on "+v.Name)
+}
+
+// TestCLIDropOutgrowsTables replaces a small rule set with one too big for
+// the tables the program was loaded with: drop loads the program again with
+// bigger tables and swaps it in, and the pins, the counters and the
+// traffic all follow the new program.
+func TestCLIDropOutgrowsTables(t *testing.T) {
+	v := sandboxForCLI(t)
+	r := cli(t, "drop", "--iface", v.Name, "--deny", "10.0.0.16/28")
+	require.Equal(t, 0, r.code, r.stderr)
+
+	// 300 /28s in 300 different /24s need 300 tbl8 groups; the first load
+	// made room for 258.
+	var b strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&b, "drop src 10.%d.%d.16/28\n", 1+i/256, i%256)
+	}
+	r = cli(t, "drop", "--iface", v.Name, "--rules", writeRules(t, b.String()), "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var res struct {
+		Replaced bool `json:"replaced"`
+		Reloaded bool `json:"reloaded"`
+		Rules    int  `json:"rules"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &res), r.stdout)
+	require.True(t, res.Replaced)
+	require.True(t, res.Reloaded, "the set needs bigger tables than the first load made")
+	require.Equal(t, 300, res.Rules)
+
+	r = cli(t, "status", "--iface", v.Name, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var st []struct {
+		Rules *int `json:"rules"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
+	require.Len(t, st, 1)
+	require.NotNil(t, st[0].Rules)
+	require.Equal(t, 300, *st[0].Rules, "status reads the new program's pinned maps")
+
+	r = cli(t, "gen", "--netns", v.NSName, "--iface", v.PeerName, "--count", "1000", "--src", "10.1.7.20", "--quiet")
+	require.Equal(t, 0, r.code, r.stderr)
+	s := statsJSON(t, v.Name)
+	hit, ok := s.rule("drop src 10.1.7.16/28")
+	require.True(t, ok, "rules: %d", len(s.Rules))
+	require.Equal(t, uint64(1000), hit.Packets, "the new program drops with the new rules and counts in the new maps")
+
+	// Later changes go to the new maps; so does text output's note.
+	r = cli(t, "rules", "add", "--iface", v.Name, "drop udp dport 11211")
+	require.Equal(t, 0, r.code, r.stderr)
+	var more strings.Builder
+	for i := range 1000 { // more than the room the reload made (2x)
+		fmt.Fprintf(&more, "drop src 10.%d.%d.16/28\n", 3+i/256, i%256)
+	}
+	r = cli(t, "rules", "replace", "--iface", v.Name, "--rules", writeRules(t, b.String()+more.String()))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "loaded again with bigger ones")
+	r = cli(t, "rules", "list", "--iface", v.Name, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var list struct {
+		Rules []jsonRule `json:"rules"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list))
+	require.Len(t, list.Rules, 1300)
 }
 
 func TestCLIDropBadInput(t *testing.T) {

@@ -28,6 +28,10 @@ type dropResult struct {
 	Mode      string `json:"mode"`
 	Reason    string `json:"reason,omitempty"`
 	Replaced  bool   `json:"replaced"` // rules replaced on an existing attachment
+	// Reloaded: the rule set did not fit the tables the running program
+	// was loaded with, so a program with bigger tables replaced it (its
+	// counters start from zero).
+	Reloaded  bool   `json:"reloaded,omitempty"`
 	Rules     int    `json:"rules"`
 	Compound  int    `json:"compound_rules"`
 	Prefixes  int    `json:"prefix_rules"`
@@ -45,7 +49,10 @@ func (a *app) dropCmd() *cobra.Command {
 --rules and --deny, and pins it, so it keeps running after the command
 returns. Run it again on the same interface to replace the whole rule set
 atomically: every packet is judged by the old rules or the new ones, never a
-mix, and rules that stay keep their counters.
+mix, and rules that stay keep their counters. The tables are sized when the
+program is loaded, with room for twice the rules; a new set that needs more
+makes drop load the program again with bigger tables and swap it in, just as
+atomically (the counters then start from zero).
 
 Rule syntax: docs/RULES.md. Detach with 'xdpdrop detach --iface IF'.`,
 		Example: `  xdpdrop drop --iface eth3 --rules attack.rules
@@ -189,7 +196,14 @@ func (a *app) drop(f *dropFlags) error {
 	case err == nil:
 		defer att.Close()
 		defer eng.Close()
-		if err := eng.Apply(rs); err != nil {
+		err := eng.Apply(rs)
+		if errors.Is(err, fastdrop.ErrCapacity) {
+			// The tables were sized when the program was loaded: load
+			// it again with room for this set, and swap it in.
+			err = reloadDrop(att, rs)
+			res.Reloaded = err == nil
+		}
+		if err != nil {
 			return fmt.Errorf("replace the rules on %s: %w", f.iface, err)
 		}
 		res.Replaced, res.Mode, res.Reason, res.PinDir = true, att.Mode().String(), att.Reason(), att.PinDir()
@@ -222,6 +236,23 @@ func (a *app) drop(f *dropFlags) error {
 	return a.printDrop(res, f.jsonOut)
 }
 
+const reloadedNote = "(the rules outgrew the tables the program was loaded with: it was loaded again with bigger ones and swapped in; rule counters start from zero)"
+
+// reloadDrop loads the drop program anew with tables sized for rs, and
+// replaces the attached one and its pinned maps with it atomically: every
+// packet meets the old program or the new one.
+func reloadDrop(att *loader.Attachment, rs *fastdrop.RuleSet) error {
+	eng, err := fastdrop.New(fastdrop.CapacityFor(rs, 2))
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	if err := eng.Apply(rs); err != nil {
+		return err
+	}
+	return att.ReplaceWithMaps(eng.Program(), eng.Maps())
+}
+
 func (a *app) printDrop(res dropResult, jsonOut bool) error {
 	if jsonOut {
 		return writeJSON(a.stdout, res)
@@ -234,6 +265,9 @@ func (a *app) printDrop(res dropResult, jsonOut bool) error {
 		verb, res.Interface, res.Mode, res.Rules, res.Compound, res.Prefixes, res.Policy, res.Malformed)
 	if res.Reason != "" && !res.Replaced {
 		fmt.Fprintf(a.stdout, "(%s)\n", res.Reason)
+	}
+	if res.Reloaded {
+		fmt.Fprintln(a.stdout, reloadedNote)
 	}
 	return nil
 }

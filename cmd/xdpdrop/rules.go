@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -47,8 +48,10 @@ func parseRuleArgs(args []string) ([]fastdrop.Rule, error) {
 }
 
 // ruleChangeCmd makes `rules add` and `rules del`: parse the arguments as
-// rules, open the interface's engine, apply change, say what was done.
-func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engine, ...fastdrop.Rule) error) *cobra.Command {
+// rules, open the interface's engine, apply change, say what was done. If
+// the change outgrows the tables the program was loaded with and grows is
+// set, the program is loaded again with the whole new set (see reloadDrop).
+func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engine, ...fastdrop.Rule) error, grows bool) *cobra.Command {
 	var iface string
 	cmd := &cobra.Command{
 		Use:   use,
@@ -65,10 +68,24 @@ func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engin
 			}
 			defer att.Close()
 			defer eng.Close()
-			if err := change(eng, rules...); err != nil {
+			err = change(eng, rules...)
+			reloaded := false
+			if errors.Is(err, fastdrop.ErrCapacity) && grows {
+				var rs *fastdrop.RuleSet
+				if rs, err = eng.RuleSet(); err == nil {
+					// Appended, as Add does: compound rules go last.
+					rs.Rules = append(rs.Rules, rules...)
+					err = reloadDrop(att, rs)
+					reloaded = err == nil
+				}
+			}
+			if err != nil {
 				return fmt.Errorf("%s on %s: %w (see the rules with 'xdpdrop rules list --iface %s')", cmd.Name(), iface, err, iface)
 			}
 			fmt.Fprintf(a.stdout, "%s %d rule(s) on %s\n", done, len(rules), iface)
+			if reloaded {
+				fmt.Fprintln(a.stdout, reloadedNote)
+			}
 			return nil
 		},
 	}
@@ -79,11 +96,11 @@ func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engin
 
 func (a *app) rulesAddCmd() *cobra.Command {
 	return a.ruleChangeCmd("add --iface IF RULE...", "Add rules (compound rules go last, so they have the lowest priority)",
-		"added", (*fastdrop.Engine).Add)
+		"added", (*fastdrop.Engine).Add, true)
 }
 
 func (a *app) rulesDelCmd() *cobra.Command {
-	return a.ruleChangeCmd("del --iface IF RULE...", "Delete rules, given by their text", "deleted", (*fastdrop.Engine).Delete)
+	return a.ruleChangeCmd("del --iface IF RULE...", "Delete rules, given by their text", "deleted", (*fastdrop.Engine).Delete, false)
 }
 
 func (a *app) rulesReplaceCmd() *cobra.Command {
@@ -117,10 +134,19 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 			defer att.Close()
 			defer eng.Close()
 			if rs != nil {
-				if err := eng.Apply(rs); err != nil {
+				err := eng.Apply(rs)
+				reloaded := false
+				if errors.Is(err, fastdrop.ErrCapacity) {
+					err = reloadDrop(att, rs)
+					reloaded = err == nil
+				}
+				if err != nil {
 					return fmt.Errorf("replace the rules on %s: %w", iface, err)
 				}
 				fmt.Fprintf(a.stdout, "replaced the rule set on %s: %d rules\n", iface, len(rs.Rules))
+				if reloaded {
+					fmt.Fprintln(a.stdout, reloadedNote)
+				}
 				return nil
 			}
 			if err := eng.Replace(rules[0], rules[1]); err != nil {
