@@ -111,6 +111,10 @@ func TestReplaceUnderTraffic(t *testing.T) {
 				f.waitSent(t, 200)
 			}
 			last := f.sent.Load()
+			// Let the datagrams up to last reach XDP (a sent datagram
+			// may still be on its way on a busy machine) before the
+			// program that passes them goes in.
+			f.waitSent(t, 200)
 			require.NoError(t, a.Replace(objs.XdpPass))
 			r.waitPast(t, last+1)
 			f.close()

@@ -1,6 +1,9 @@
 package tests
 
 import (
+	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -84,7 +87,10 @@ func TestPipelineTestRun(t *testing.T) {
 
 // TestGeneratorDeliversEveryFrame sends frames with the live-frames
 // generator from the peer end and counts them with a native XDP program at
-// the host end: every frame sent must arrive and be counted once.
+// the host end: every frame sent must be counted once, or be one that veth
+// itself refused because the host end's ring was full (its
+// tx_queue_N_xdp_xmit_errors counters): that happens when the receiving
+// CPU is busy with something else, as when other tests run beside this one.
 func TestGeneratorDeliversEveryFrame(t *testing.T) {
 	objs := loadCount(t, gen.BasicVerdictVERDICT_DROP)
 	veth := testenv.NewVeth(t, testenv.VethOptions{})
@@ -104,9 +110,30 @@ func TestGeneratorDeliversEveryFrame(t *testing.T) {
 	// router solicitations, MLD reports) while the test runs; the counter
 	// sees those too, so allow a handful on top of what was sent.
 	got := sumVerdict(t, objs.Verdicts, gen.BasicVerdictVERDICT_DROP)
-	require.GreaterOrEqual(t, got.Packets, uint64(n), "every frame sent must be counted at the host end")
-	require.LessOrEqual(t, got.Packets, uint64(n+16), "no frame may be counted twice")
-	require.GreaterOrEqual(t, got.Bytes, uint64(n*len(udp4)))
+	full := xmitErrors(t, veth)
+	t.Logf("%d counted, %d refused by veth for a full ring", got.Packets, full)
+	require.GreaterOrEqual(t, got.Packets+full, uint64(n), "every frame sent must be counted at the host end, or refused for a full ring")
+	require.LessOrEqual(t, got.Packets+full, uint64(n+16), "no frame may be counted twice")
+	require.Greater(t, got.Packets, uint64(n/2), "most frames arrive")
+	require.GreaterOrEqual(t, got.Bytes, got.Packets*uint64(len(udp4)))
+}
+
+// xmitErrors sums the peer's tx_queue_N_xdp_xmit_errors (`ethtool -S`):
+// frames the peer's XDP_TX could not put into the host end's rings.
+func xmitErrors(t *testing.T, v *testenv.Veth) uint64 {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", v.NSName, "ethtool", "-S", v.PeerName).CombinedOutput()
+	require.NoError(t, err, "ethtool -S %s: %s", v.PeerName, out)
+	var sum uint64
+	for _, line := range strings.Split(string(out), "\n") {
+		k, val, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && strings.HasPrefix(k, "tx_queue_") && strings.HasSuffix(k, "_xdp_xmit_errors") {
+			n, err := strconv.ParseUint(strings.TrimSpace(val), 10, 64)
+			require.NoError(t, err, line)
+			sum += n
+		}
+	}
+	return sum
 }
 
 // TestTCDropCounts runs the TC baseline in the kernel: it must shoot the
