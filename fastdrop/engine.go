@@ -1152,7 +1152,7 @@ func (e *Engine) compileChange(p *plan) error {
 		fullCost -= q.cost()
 	}
 	if incrCost > fullCost {
-		var all []v4Prefix
+		all := make([]v4Prefix, 0, len(p.rules))
 		for i := range p.rules {
 			if r := &p.rules[i]; r.IsPrefixOnly() && r.Src.Addr().Is4() {
 				all = append(all, v4PrefixOf(r.Src, mkVal(r.Action, p.slots[i])))
@@ -1183,7 +1183,7 @@ func (e *Engine) compileChange(p *plan) error {
 		return fmt.Errorf("IPv4 host routes in %d different /24s: %w (raise Options.IPv4HostBlocks, now %d)", n, ErrCapacity, e.sparse/2)
 	}
 	if v6changed {
-		var all []v6Prefix
+		all := make([]v6Prefix, 0, len(p.rules))
 		for i := range p.rules {
 			if r := &p.rules[i]; r.IsPrefixOnly() && !r.Src.Addr().Is4() {
 				all = append(all, v6PrefixOf(r.Src, mkVal(r.Action, p.slots[i])))
@@ -1233,7 +1233,7 @@ func (e *Engine) publishLocked(p *plan, oldRules []Rule, oldSlots []uint32) erro
 	// flip makes them true. Slots of removed rules, and so their counters,
 	// are kept until the change is over.
 	next := uint32(generation + 1)
-	var recs []recWrite
+	recs := make([]recWrite, 0, len(removed)+len(added)) // a million rules: grown by append, 0.8 s
 	for _, i := range removed {
 		recs = append(recs, recWrite{oldSlots[i], &oldRules[i], e.orderOf[oldSlots[i]], e.addedGen(oldSlots[i]), next})
 	}
