@@ -13,5 +13,13 @@ skipped=$(grep -cE -- '^\s*--- SKIP' "$log")
 if [ "$rc" != 0 ] && [ "$failed" = 0 ]; then
 	failed=1 # a build failure or panic outside any test still fails the run
 fi
+if [ "$failed" != 0 ]; then
+	# The filter above keeps the assertion lines but not what follows them
+	# (the error text, a command's stderr): show each failed test whole.
+	echo "---- output of the failed tests (at most 200 lines each) ----"
+	grep -oE -- '--- FAIL: [^ ]+' "$log" | awk '{print $3}' | grep -v / | sort -u | while read -r name; do
+		awk -v n="$name" '$0 == "=== RUN   " n {p = 1; c = 0} p && c++ < 200 {print} p && index($0, "--- FAIL: " n " (") {p = 0}' "$log"
+	done
+fi
 echo "$passed passed, $failed failed, $skipped skipped"
 exit "$rc"

@@ -14,7 +14,13 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	// SIGHUP (terminal closed) and SIGPIPE (output piped into a reader
+	// that left, e.g. `| head`) must not kill a foreground command before
+	// it removes what it made: they cancel it like Ctrl-C. The handler
+	// stays until the process exits: a signal arriving between the end of
+	// the command and the exit must not turn a clean exit into "killed".
+	ctx, _ := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // Exit codes.
@@ -39,13 +45,9 @@ type app struct {
 	stdout, stderr io.Writer
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	// SIGHUP (terminal closed) and SIGPIPE (output piped into a reader
-	// that left, e.g. `| head`) must not kill a foreground command before
-	// it removes what it made: they cancel it like Ctrl-C.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
-	defer stop()
-
+// run runs the command line args until done or ctx is canceled, and
+// returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	a := &app{stdout: stdout, stderr: stderr}
 	root := a.rootCmd()
 	root.SetArgs(args)
