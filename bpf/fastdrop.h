@@ -466,9 +466,12 @@ static __always_inline int fd_bm_and(struct fd_bm *acc, const struct fd_cls_half
  * starting from what the frame's kind allows, holds the matching rules, and
  * its lowest bit is the first in file order (Lakshman and Stiliadis's bit
  * vector search, as in bpf-iptables). Fields no rule uses cost one test.
- * Global (not inlined) so the verifier checks it once. */
-__noinline int fd_compound(const struct fd_conf *c, const struct fd_cls_half *t,
-			   const struct fd_pkt *p)
+ * Inlined: as a global function it took p by pointer, which kept the
+ * frame's fields in memory on every packet's path (2.8x -> 2.6-2.7x bare
+ * for 64 compound rules and 10k prefixes, measured A/B); verification
+ * grows from 548k to 577k instructions. */
+static __always_inline int fd_compound(const struct fd_conf *c, const struct fd_cls_half *t,
+				       const struct fd_pkt *p)
 {
 	__u32 fields, kind;
 	struct fd_bm acc;
@@ -833,9 +836,6 @@ static __always_inline struct fd_result fd_match(const struct fd_main *m, __u32 
 			i = fd_compound64(c, t, &p);
 		else
 			i = fd_compound(c, t, &p);
-		/* The verifier knows nothing of a global function's result;
-		 * keep clang from dropping the mask below because it does. */
-		asm volatile("" : "+r"(i));
 		if (i >= 0) {
 			r.class = FD_CLASS_COMPOUND;
 			r.index = i & (FD_MAX_COMPOUND - 1);
