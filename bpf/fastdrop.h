@@ -237,7 +237,7 @@ enum fd_rec_flags {
 	FD_REC_FRAG = 32,
 };
 
-/* What a test run with fd_trace set prepends to the frame. */
+/* What xdp_fastdrop_trace prepends to the frame in a test run. */
 struct fd_trace_rec {
 	__u8 magic; /* 0xfd */
 	__u8 verdict; /* XDP action */

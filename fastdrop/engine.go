@@ -239,10 +239,13 @@ func New(opts Options) (*Engine, error) {
 	if err := spec.Variables[gen.FastdropVarFdCounterSlots].Set(uint32(nslots)); err != nil {
 		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdCounterSlots, err)
 	}
+	// One of the two programs: with the trace record (test runs) or not.
+	progName := gen.FastdropProgXdpFastdrop
 	if opts.trace {
-		if err := spec.Variables[gen.FastdropVarFdTrace].Set(uint8(1)); err != nil {
-			return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdTrace, err)
-		}
+		progName = gen.FastdropProgXdpFastdropTrace
+		delete(spec.Programs, gen.FastdropProgXdpFastdrop)
+	} else {
+		delete(spec.Programs, gen.FastdropProgXdpFastdropTrace)
 	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
@@ -251,8 +254,8 @@ func New(opts Options) (*Engine, error) {
 		}
 		return nil, fmt.Errorf("fastdrop: load program: %w", err)
 	}
-	e := &Engine{prog: coll.Programs[gen.FastdropProgXdpFastdrop], maps: make(map[string]*ebpf.Map)}
-	delete(coll.Programs, gen.FastdropProgXdpFastdrop)
+	e := &Engine{prog: coll.Programs[progName], maps: make(map[string]*ebpf.Map)}
+	delete(coll.Programs, progName)
 	for _, name := range mapNames {
 		e.maps[name] = coll.Maps[name]
 		delete(coll.Maps, name)

@@ -218,21 +218,21 @@ type FastdropFdV6Ent struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	FastdropMapFdCounters      = "fd_counters"
-	FastdropMapFdLpm4          = "fd_lpm4"
-	FastdropMapFdLpm6          = "fd_lpm6"
-	FastdropMapFdLpmVerdicts   = "fd_lpm_verdicts"
-	FastdropMapFdMain          = "fd_main"
-	FastdropMapFdRules         = "fd_rules"
-	FastdropMapFdV4Sparse      = "fd_v4_sparse"
-	FastdropMapFdV4Tbl8        = "fd_v4_tbl8"
-	FastdropMapFdV6Tab         = "fd_v6_tab"
-	FastdropProgXdpFastdrop    = "xdp_fastdrop"
-	FastdropProgXdpLpmBaseline = "xdp_lpm_baseline"
-	FastdropVarFdBtfAnchor     = "fd_btf_anchor"
-	FastdropVarFdCounterSlots  = "fd_counter_slots"
-	FastdropVarFdTrace         = "fd_trace"
-	FastdropVarFdV6Cap         = "fd_v6_cap"
+	FastdropMapFdCounters        = "fd_counters"
+	FastdropMapFdLpm4            = "fd_lpm4"
+	FastdropMapFdLpm6            = "fd_lpm6"
+	FastdropMapFdLpmVerdicts     = "fd_lpm_verdicts"
+	FastdropMapFdMain            = "fd_main"
+	FastdropMapFdRules           = "fd_rules"
+	FastdropMapFdV4Sparse        = "fd_v4_sparse"
+	FastdropMapFdV4Tbl8          = "fd_v4_tbl8"
+	FastdropMapFdV6Tab           = "fd_v6_tab"
+	FastdropProgXdpFastdrop      = "xdp_fastdrop"
+	FastdropProgXdpFastdropTrace = "xdp_fastdrop_trace"
+	FastdropProgXdpLpmBaseline   = "xdp_lpm_baseline"
+	FastdropVarFdBtfAnchor       = "fd_btf_anchor"
+	FastdropVarFdCounterSlots    = "fd_counter_slots"
+	FastdropVarFdV6Cap           = "fd_v6_cap"
 )
 
 // LoadFastdrop returns the embedded CollectionSpec for Fastdrop.
@@ -277,8 +277,9 @@ type FastdropSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastdropProgramSpecs struct {
-	XdpFastdrop    *ebpf.ProgramSpec `ebpf:"xdp_fastdrop"`
-	XdpLpmBaseline *ebpf.ProgramSpec `ebpf:"xdp_lpm_baseline"`
+	XdpFastdrop      *ebpf.ProgramSpec `ebpf:"xdp_fastdrop"`
+	XdpFastdropTrace *ebpf.ProgramSpec `ebpf:"xdp_fastdrop_trace"`
+	XdpLpmBaseline   *ebpf.ProgramSpec `ebpf:"xdp_lpm_baseline"`
 }
 
 // FastdropMapSpecs contains maps before they are loaded into the kernel.
@@ -302,7 +303,6 @@ type FastdropMapSpecs struct {
 type FastdropVariableSpecs struct {
 	FdBtfAnchor    *ebpf.VariableSpec `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.VariableSpec `ebpf:"fd_counter_slots"`
-	FdTrace        *ebpf.VariableSpec `ebpf:"fd_trace"`
 	FdV6Cap        *ebpf.VariableSpec `ebpf:"fd_v6_cap"`
 }
 
@@ -357,7 +357,6 @@ func (m *FastdropMaps) Close() error {
 type FastdropVariables struct {
 	FdBtfAnchor    *ebpf.Variable `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.Variable `ebpf:"fd_counter_slots"`
-	FdTrace        *ebpf.Variable `ebpf:"fd_trace"`
 	FdV6Cap        *ebpf.Variable `ebpf:"fd_v6_cap"`
 }
 
@@ -365,13 +364,15 @@ type FastdropVariables struct {
 //
 // It can be passed to LoadFastdropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastdropPrograms struct {
-	XdpFastdrop    *ebpf.Program `ebpf:"xdp_fastdrop"`
-	XdpLpmBaseline *ebpf.Program `ebpf:"xdp_lpm_baseline"`
+	XdpFastdrop      *ebpf.Program `ebpf:"xdp_fastdrop"`
+	XdpFastdropTrace *ebpf.Program `ebpf:"xdp_fastdrop_trace"`
+	XdpLpmBaseline   *ebpf.Program `ebpf:"xdp_lpm_baseline"`
 }
 
 func (p *FastdropPrograms) Close() error {
 	return _FastdropClose(
 		p.XdpFastdrop,
+		p.XdpFastdropTrace,
 		p.XdpLpmBaseline,
 	)
 }
