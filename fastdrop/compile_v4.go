@@ -39,24 +39,18 @@ type v4Table struct {
 	// touched24: tbl24 was populated (and may hold entries).
 	touched24 bool
 
-	groups    io.ReaderAt // the pool: group g at g*1024 bytes
-	groupsW   io.WriterAt
-	maxGroups int
-	free      []uint32 // free groups
+	groups  io.ReaderAt // the tbl8 pool: group g at g*1024 bytes
+	groupsW io.WriterAt
+	dense   groupPool
 	// fresh: groups allocated in the change being compiled (no half
 	// points to them yet), with their contents until flush writes them.
 	fresh map[uint32]*[256]uint32
-	// retired: groups the change replaced; free once both halves stop
-	// pointing to them (commit), or back in use if the change is dropped.
-	retired []uint32
 
 	// The sparse pool, kept as the tbl8 pool is.
-	sparse    io.ReaderAt // sparse group g at g*sparseSize bytes
-	sparseW   io.WriterAt
-	maxSparse int
-	sfree     []uint32
-	sfresh    map[uint32]*sparseGroup
-	sretired  []uint32
+	sparse  io.ReaderAt // sparse group g at g*sparseSize bytes
+	sparseW io.WriterAt
+	hosts   groupPool
+	sfresh  map[uint32]*sparseGroup
 
 	// depth[val slot] is the length+1 of the prefix rule with that slot, 0
 	// for slots that are not IPv4 prefix rules: an entry's depth.
@@ -161,30 +155,22 @@ type readerWriterAt interface {
 // through sparse (the maps' memory, all zero).
 func newV4Table(maxGroups, maxSparse, slots int, groups, sparse readerWriterAt) (*v4Table, error) {
 	t := &v4Table{
-		groups:    groups,
-		groupsW:   groups,
-		maxGroups: maxGroups,
-		fresh:     make(map[uint32]*[256]uint32),
-		sparse:    sparse,
-		sparseW:   sparse,
-		maxSparse: maxSparse,
-		sfresh:    make(map[uint32]*sparseGroup),
-		depth:     make([]uint8, slots),
-		dirty24:   make([]uint64, tbl24Entries/v4Page/64),
+		groups:  groups,
+		groupsW: groups,
+		dense:   newGroupPool(maxGroups, "IPv4 prefixes longer than /24 in more /24s than the tbl8 pool's", "IPv4Blocks"),
+		fresh:   make(map[uint32]*[256]uint32),
+		sparse:  sparse,
+		sparseW: sparse,
+		hosts:   newGroupPool(maxSparse, "IPv4 host routes in more /24s than the sparse pool's", "IPv4HostBlocks"),
+		sfresh:  make(map[uint32]*sparseGroup),
+		depth:   make([]uint8, slots),
+		dirty24: make([]uint64, tbl24Entries/v4Page/64),
 	}
 	var err error
 	if t.mem24, err = newRegion(tbl24Entries * 4); err != nil {
 		return nil, err
 	}
 	t.tbl24 = t.mem24.u32()
-	t.free = make([]uint32, maxGroups)
-	for i := range t.free {
-		t.free[i] = uint32(maxGroups - 1 - i) // low numbers first
-	}
-	t.sfree = make([]uint32, maxSparse)
-	for i := range t.sfree {
-		t.sfree[i] = uint32(maxSparse - 1 - i)
-	}
 	return t, nil
 }
 
@@ -361,23 +347,68 @@ func (t *v4Table) build(prefixes []v4Prefix) error {
 	return flushRun()
 }
 
-func (t *v4Table) alloc() (uint32, error) {
-	n := len(t.free)
-	if n == 0 {
-		return 0, fmt.Errorf("IPv4 prefixes longer than /24 in more /24s than the pool's %d groups hold (a change needs the old and the new set's): %w (raise Options.IPv4Blocks)", t.maxGroups, ErrCapacity)
+// groupPool hands out the numbers of a pool of groups shared by the halves
+// and changed copy-on-write: a group a change replaces is retired, and
+// free only once no half points to it (commit).
+type groupPool struct {
+	max          int
+	free         []uint32 // lowest numbers last, so handed out first
+	retired      []uint32
+	what, option string // for the error when it is full
+}
+
+func newGroupPool(max int, what, option string) groupPool {
+	p := groupPool{max: max, free: make([]uint32, max), what: what, option: option}
+	for i := range p.free {
+		p.free[i] = uint32(max - 1 - i)
 	}
-	g := t.free[n-1]
-	t.free = t.free[:n-1]
+	return p
+}
+
+func (p *groupPool) alloc() (uint32, error) {
+	n := len(p.free)
+	if n == 0 {
+		return 0, fmt.Errorf("%s %d groups hold (a change needs the old and the new set's): %w (raise Options.%s)", p.what, p.max, ErrCapacity, p.option)
+	}
+	g := p.free[n-1]
+	p.free = p.free[:n-1]
 	return g, nil
 }
+
+// release frees g at once: no half ever pointed to it.
+func (p *groupPool) release(g uint32) { p.free = append(p.free, g) }
+
+// retire frees g once the change commits.
+func (p *groupPool) retire(g uint32) { p.retired = append(p.retired, g) }
+
+func (p *groupPool) commit() {
+	p.free = append(p.free, p.retired...)
+	p.retired = p.retired[:0]
+}
+
+// live counts the groups in use.
+func (p *groupPool) live() int { return p.max - len(p.free) - len(p.retired) }
+
+// reset makes the groups marked in used the ones in use.
+func (p *groupPool) reset(used []uint64) {
+	p.free = p.free[:0]
+	for g := p.max - 1; g >= 0; g-- {
+		if used[g/64]&(1<<(g%64)) == 0 {
+			p.free = append(p.free, uint32(g))
+		}
+	}
+	p.retired = p.retired[:0]
+}
+
+func (t *v4Table) alloc() (uint32, error) { return t.dense.alloc() }
 
 func (t *v4Table) retire(g uint32) {
 	if _, ok := t.fresh[g]; ok {
 		delete(t.fresh, g) // never seen by a half: free now
-		t.free = append(t.free, g)
+		t.dense.release(g)
 		return
 	}
-	t.retired = append(t.retired, g)
+	t.dense.retire(g)
 }
 
 func (t *v4Table) writeGroup(g uint32, b *[256]uint32) error {
@@ -387,23 +418,15 @@ func (t *v4Table) writeGroup(g uint32, b *[256]uint32) error {
 	return nil
 }
 
-func (t *v4Table) salloc() (uint32, error) {
-	n := len(t.sfree)
-	if n == 0 {
-		return 0, fmt.Errorf("IPv4 host routes in more /24s than the sparse pool's %d groups hold (a change needs the old and the new set's): %w (raise Options.IPv4HostBlocks)", t.maxSparse, ErrCapacity)
-	}
-	g := t.sfree[n-1]
-	t.sfree = t.sfree[:n-1]
-	return g, nil
-}
+func (t *v4Table) salloc() (uint32, error) { return t.hosts.alloc() }
 
 func (t *v4Table) sretire(g uint32) {
 	if _, ok := t.sfresh[g]; ok {
 		delete(t.sfresh, g)
-		t.sfree = append(t.sfree, g)
+		t.hosts.release(g)
 		return
 	}
-	t.sretired = append(t.sretired, g)
+	t.hosts.retire(g)
 }
 
 func (t *v4Table) writeSparse(g uint32, s *sparseGroup) error {
@@ -450,7 +473,7 @@ func (t *v4Table) sparseFor(i24 uint32) (*sparseGroup, error) {
 	if isSparse(e) {
 		old, err := t.sparseOf(e)
 		if err != nil {
-			t.sfree = append(t.sfree, g)
+			t.hosts.release(g)
 			return nil, err
 		}
 		*s = *old
@@ -481,7 +504,7 @@ func (t *v4Table) group(i24 uint32) (*[256]uint32, error) {
 	case isDense(e):
 		old := e & v4ID
 		if _, err := t.groups.ReadAt(u32Bytes(b[:]), int64(old)*1024); err != nil {
-			t.free = append(t.free, g)
+			t.dense.release(g)
 			return nil, fmt.Errorf("read tbl8 group: %w", err)
 		}
 		t.retire(old)
@@ -489,7 +512,7 @@ func (t *v4Table) group(i24 uint32) (*[256]uint32, error) {
 		// The /24 now needs more than host routes: make it dense.
 		s, err := t.sparseOf(e)
 		if err != nil {
-			t.free = append(t.free, g)
+			t.dense.release(g)
 			return nil, err
 		}
 		fill(b[:], s.def)
@@ -741,10 +764,8 @@ func (t *v4Table) flush() error {
 // committed frees the groups the change replaced: no half points to them
 // any more.
 func (t *v4Table) committed() {
-	t.free = append(t.free, t.retired...)
-	t.retired = t.retired[:0]
-	t.sfree = append(t.sfree, t.sretired...)
-	t.sretired = t.sretired[:0]
+	t.dense.commit()
+	t.hosts.commit()
 	clear(t.dirty24)
 	t.allDirty = false
 }
@@ -785,14 +806,10 @@ func (t *v4Table) lookup(a uint32) uint32 {
 }
 
 // liveGroups counts the tbl8 groups the table (this copy) points to.
-func (t *v4Table) liveGroups() int {
-	return t.maxGroups - len(t.free) - len(t.retired)
-}
+func (t *v4Table) liveGroups() int { return t.dense.live() }
 
 // liveSparse counts the sparse groups the table points to.
-func (t *v4Table) liveSparse() int {
-	return t.maxSparse - len(t.sfree) - len(t.sretired)
-}
+func (t *v4Table) liveSparse() int { return t.hosts.live() }
 
 // forDirty calls fn for each run of dirty pages of tbl24 (as entry
 // ranges), or the whole table if allDirty.
@@ -828,39 +845,27 @@ func (t *v4Table) reload(half24 io.ReaderAt, prefixes []v4Prefix) error {
 	if _, err := half24.ReadAt(u32Bytes(t.tbl24), 0); err != nil {
 		return fmt.Errorf("read IPv4 prefix table: %w", err)
 	}
-	used := make([]uint64, (t.maxGroups+63)/64)
-	sused := make([]uint64, (t.maxSparse+63)/64)
+	used := make([]uint64, (t.dense.max+63)/64)
+	sused := make([]uint64, (t.hosts.max+63)/64)
 	for _, e := range t.tbl24 {
 		g := e & v4ID
 		switch {
 		case isDense(e):
-			if int(g) >= t.maxGroups {
+			if int(g) >= t.dense.max {
 				return errors.New("IPv4 prefix table points past the tbl8 pool")
 			}
 			used[g/64] |= 1 << (g % 64)
 		case isSparse(e):
-			if int(g) >= t.maxSparse {
+			if int(g) >= t.hosts.max {
 				return errors.New("IPv4 prefix table points past the sparse pool")
 			}
 			sused[g/64] |= 1 << (g % 64)
 		}
 	}
-	t.free = t.free[:0]
-	for g := t.maxGroups - 1; g >= 0; g-- {
-		if used[g/64]&(1<<(g%64)) == 0 {
-			t.free = append(t.free, uint32(g))
-		}
-	}
-	t.sfree = t.sfree[:0]
-	for g := t.maxSparse - 1; g >= 0; g-- {
-		if sused[g/64]&(1<<(g%64)) == 0 {
-			t.sfree = append(t.sfree, uint32(g))
-		}
-	}
+	t.dense.reset(used)
+	t.hosts.reset(sused)
 	clear(t.fresh)
-	t.retired = t.retired[:0]
 	clear(t.sfresh)
-	t.sretired = t.sretired[:0]
 	clear(t.depth)
 	for _, p := range prefixes {
 		t.depth[valSlot(p.val)] = p.bits + 1
