@@ -1236,7 +1236,8 @@ func (e *Engine) publishLocked(p *plan, oldRules []Rule, oldSlots []uint32) erro
 	// flip makes them true. Slots of removed rules, and so their counters,
 	// are kept until the change is over.
 	next := uint32(generation + 1)
-	recs := make([]recWrite, 0, len(removed)+len(added)) // a million rules: grown by append, 0.8 s
+	// Preallocated: grown by append, a million records cost 0.8 s of CPU.
+	recs := make([]recWrite, 0, len(removed)+len(added))
 	for _, i := range removed {
 		recs = append(recs, recWrite{oldSlots[i], &oldRules[i], e.orderOf[oldSlots[i]], e.addedGen(oldSlots[i]), next})
 	}
@@ -1395,7 +1396,7 @@ func (e *Engine) writeHalf(h uint32) error {
 
 func (e *Engine) writeClassifier(h uint32) error {
 	c := e.cls
-	half := int64(h) * clsSize // struct fd_cls_half h in fd_cls
+	half := int64(h) * clsSize // struct fd_cls_half h in fd_main.cls
 	for fld := range numField {
 		if c.fields&(1<<fld) == 0 {
 			continue
