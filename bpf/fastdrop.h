@@ -644,15 +644,13 @@ static __always_inline __u32 fd_v4_lookup(const struct fd_main *m, __u32 half, _
 }
 
 /* The hash of a masked IPv6 prefix; fastdrop/compile_v6.go computes the
- * same. Multiply-xorshift: cheap, and the seed is changed by user space if
- * some key would need more than FD_V6_PROBES probes. */
+ * same. Multiply-shift (the table index is the top bits, which every input
+ * bit below them reaches): two independent multiplications, so a probe
+ * waits for one, not for a chain of three. The seed is changed by user
+ * space if some key would need more than FD_V6_PROBES probes. */
 static __always_inline __u64 fd_v6_hash(__u64 hi, __u64 lo, __u64 len, __u64 seed)
 {
-	__u64 x = (hi ^ seed) * 0x9e3779b97f4a7c15ULL;
-
-	x = (x ^ (x >> 32) ^ lo) * 0xc2b2ae3d27d4eb4fULL;
-	x = (x ^ (x >> 29) ^ len) * 0x165667b19e3779f9ULL;
-	return x ^ (x >> 32);
+	return (hi ^ seed) * 0x9e3779b97f4a7c15ULL + (lo ^ len << 56) * 0xc2b2ae3d27d4eb4fULL;
 }
 
 static __always_inline __u64 fd_mask64(__u32 bits)

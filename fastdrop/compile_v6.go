@@ -87,10 +87,7 @@ func mask128(hi, lo uint64, l int) (uint64, uint64) {
 // v6Hash is fd_v6_hash: hi and lo as the program loads them (the
 // address's bytes read little-endian).
 func v6Hash(hi, lo, l, seed uint64) uint64 {
-	x := (hi ^ seed) * 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 32) ^ lo) * 0xc2b2ae3d27d4eb4f
-	x = (x ^ (x >> 29) ^ l) * 0x165667b19e3779f9
-	return x ^ (x >> 32)
+	return (hi^seed)*0x9e3779b97f4a7c15 + (lo^l<<56)*0xc2b2ae3d27d4eb4f
 }
 
 const (

@@ -517,3 +517,45 @@ func TestPrefixIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestV6TableStructured builds the IPv6 hash table from prefix sets with
+// the structure real lists have (consecutive /48s, /56s, /64s, host
+// addresses) at three quarters of the table's size, the most the program
+// is sized for, and checks every prefix is found: the hash must spread
+// them so that none sits more than FD_V6_PROBES slots from home (build
+// reseeds, and fails, otherwise).
+func TestV6TableStructured(t *testing.T) {
+	t.Parallel()
+	const n = 48 << 10 // 3/4 of 64k entries
+	for _, kind := range []struct {
+		name string
+		bits int
+		at   int // byte where the counter goes
+	}{{"consecutive /48", 48, 2}, {"consecutive /56", 56, 4}, {"consecutive /64", 64, 4}, {"consecutive hosts", 128, 12}} {
+		var ps []v6Prefix
+		var pfx []netip.Prefix
+		for i := range n {
+			var a [16]byte
+			a[0], a[1], a[2], a[3] = 0x20, 0x01, 0x0d, 0xb8
+			c := uint32(i) << (32 - 8*min(4, (kind.bits/8)-kind.at))
+			a[kind.at], a[kind.at+1], a[kind.at+2], a[kind.at+3] = byte(c>>24), byte(c>>16), byte(c>>8), byte(c)
+			p, _ := netip.AddrFrom16(a).Prefix(kind.bits)
+			ps = append(ps, v6PrefixOf(p, mkVal(ActionDrop, firstRule+uint32(i))))
+			pfx = append(pfx, p)
+		}
+		tab, err := newV6Table(64 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tab.build(ps); err != nil {
+			t.Fatalf("%s: %v", kind.name, err)
+		}
+		for i := 0; i < n; i += 97 {
+			p := ps[i]
+			if got := tab.lookup(pfx[i].Addr()); got != p.val {
+				t.Fatalf("%s: prefix %d: lookup %x, want %x", kind.name, i, got, p.val)
+			}
+		}
+		tab.close()
+	}
+}
