@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -681,4 +682,79 @@ func TestHostRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("and gone", "plain", map[string]Result{"198.51.100.9": drop})
+}
+
+// TestBothScalesAtOnce loads what the issue asks to hold at once, 1M IPv4
+// and 1M IPv6 source prefixes and 256 compound rules, in one rule set, and
+// checks the program against the model on frames from inside prefixes of
+// both families, from nowhere, and built for the compound rules.
+func TestBothScalesAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads 2M prefixes; -short skips it")
+	}
+	v4, _ := v4Mix(1_000_000, 11)
+	v6, _ := v6Mix(1_000_000, 12)
+	rs := &RuleSet{Rules: append(compoundMix(256), PrefixRules(ActionDrop, append(v4, v6...))...)}
+	for i := range rs.Rules {
+		if i%3 == 2 && rs.Rules[i].IsPrefixOnly() {
+			rs.Rules[i].Action = ActionPass // both actions among the prefixes
+		}
+	}
+	e := newTestEngine(t, CapacityFor(rs, 1.1))
+	mustApply(t, e, rs)
+	m := NewModel(rs)
+	r := newRunner(e)
+	rng := rand.New(rand.NewPCG(13, 14))
+	inside := func(p netip.Prefix) netip.Addr {
+		b := p.Addr().AsSlice()
+		for bit := p.Bits(); bit < len(b)*8; bit++ {
+			if rng.IntN(2) == 0 {
+				b[bit/8] ^= 0x80 >> (bit % 8)
+			}
+		}
+		a, _ := netip.AddrFromSlice(b)
+		return a
+	}
+	classes := map[ResultClass]int{}
+	for i := range 6000 {
+		var f []byte
+		switch i % 4 {
+		case 0:
+			f = benchFrame4(inside(v4[rng.IntN(len(v4))]))
+		case 1:
+			f = benchFrame6(inside(v6[rng.IntN(len(v6))]))
+		case 2:
+			f = benchFrame(missAddrRand(rng, i%8 == 2))
+		default: // compoundMix has "drop udp dport N" for N = 1010, 1020, ...
+			src := netip.AddrFrom4([4]byte{byte(1 + rng.IntN(223)), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())})
+			f = frame64(frames.Spec{Src: src, Dst: netip.MustParseAddr("198.51.100.1"), Proto: frames.ProtoUDP,
+				SrcPort: 40000, DstPort: uint16(1000 + 10*(1+rng.IntN(25)))}.Build())
+		}
+		got, err := r.run(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := m.Eval(f); got.Result != want {
+			t.Fatalf("frame %d: kernel %v, model %v", i, got, want)
+		}
+		classes[got.Class]++
+	}
+	t.Logf("6000 frames, the same decision as the model; decided by %v", classes)
+	if classes[ClassPrefix] < 2000 || classes[ClassCompound] == 0 || classes[ClassDefault] == 0 {
+		t.Errorf("decided by: %v; want prefixes of both families, compound rules and the policy each to decide some", classes)
+	}
+}
+
+// missAddrRand is a random address of either family, usually in a part of
+// the space no prefix of v4Mix or v6Mix covers.
+func missAddrRand(rng *rand.Rand, v6 bool) netip.Addr {
+	if v6 {
+		var b [16]byte
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		b[0] = 0x30 | b[0]&0x0f // 3000::/4, outside v6Mix's 2000::/4
+		return netip.AddrFrom16(b)
+	}
+	return netip.AddrFrom4([4]byte{byte(224 + rng.IntN(16)), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())})
 }
