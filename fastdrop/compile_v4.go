@@ -599,12 +599,16 @@ func (t *v4Table) insert(p v4Prefix) error {
 				}
 				set(b[:])
 			case isSparse(e):
-				// Hosts are longer than p: only def can change.
-				s, err := t.sparseFor(i)
+				// Hosts are longer than p: only def can change, and
+				// the group is copied only if it does.
+				s, err := t.sparseOf(e)
 				if err != nil {
 					return err
 				}
 				if t.depthOf(s.def) <= d {
+					if s, err = t.sparseFor(i); err != nil {
+						return err
+					}
 					s.def = p.val
 				}
 			case t.depthOf(e) <= d:
