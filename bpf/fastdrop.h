@@ -7,10 +7,12 @@
  * Evaluation order (docs/RULES.md): malformed -> compound rules (first
  * match in file order) -> longest source prefix -> default policy.
  *
- * Every table exists twice ("halves"). Packets read fd_state.active once and
- * use only that half; user space writes the other half, flips active, then
- * waits for an RCU grace period before it touches the old half again. So a
- * packet sees either the old or the new rule set, never parts of both. */
+ * Every table exists twice ("halves"), or, for the IPv4 group pools, is
+ * shared by the halves and changed copy-on-write. Packets read
+ * fd_state.active once and use only that half; user space writes the other
+ * half, flips active, then waits for an RCU grace period before it touches
+ * the old half again. So a packet sees either the old or the new rule set,
+ * never parts of both. */
 #ifndef XDPDROP_FASTDROP_H
 #define XDPDROP_FASTDROP_H
 
