@@ -196,13 +196,8 @@ func (a *app) drop(f *dropFlags) error {
 	case err == nil:
 		defer att.Close()
 		defer eng.Close()
-		err := eng.Apply(rs)
-		if errors.Is(err, fastdrop.ErrCapacity) {
-			// The tables were sized when the program was loaded: load
-			// it again with room for this set, and swap it in.
-			err = reloadDrop(att, rs)
-			res.Reloaded = err == nil
-		}
+		reloaded, err := reloadIfFull(att, eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
+		res.Reloaded = reloaded
 		if err != nil {
 			return fmt.Errorf("replace the rules on %s: %w", f.iface, err)
 		}
@@ -237,6 +232,20 @@ func (a *app) drop(f *dropFlags) error {
 }
 
 const reloadedNote = "(the rules outgrew the tables the program was loaded with: it was loaded again with bigger ones and swapped in; rule counters start from zero)"
+
+// reloadIfFull passes err on, unless it says the tables the program was
+// loaded with are full (they are sized at load): then it loads the program
+// again for the rule set that set returns and swaps it in (reloadDrop).
+func reloadIfFull(att *loader.Attachment, err error, set func() (*fastdrop.RuleSet, error)) (reloaded bool, _ error) {
+	if !errors.Is(err, fastdrop.ErrCapacity) {
+		return false, err
+	}
+	rs, err := set()
+	if err == nil {
+		err = reloadDrop(att, rs)
+	}
+	return err == nil, err
+}
 
 // reloadDrop loads the drop program anew with tables sized for rs, and
 // replaces the attached one and its pinned maps with it atomically: every

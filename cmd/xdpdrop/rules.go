@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -70,14 +69,15 @@ func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engin
 			defer eng.Close()
 			err = change(eng, rules...)
 			reloaded := false
-			if errors.Is(err, fastdrop.ErrCapacity) && grows {
-				var rs *fastdrop.RuleSet
-				if rs, err = eng.RuleSet(); err == nil {
-					// Appended, as Add does: compound rules go last.
-					rs.Rules = append(rs.Rules, rules...)
-					err = reloadDrop(att, rs)
-					reloaded = err == nil
-				}
+			if grows {
+				reloaded, err = reloadIfFull(att, err, func() (*fastdrop.RuleSet, error) {
+					rs, err := eng.RuleSet()
+					if err == nil {
+						// Appended, as Add does: compound rules go last.
+						rs.Rules = append(rs.Rules, rules...)
+					}
+					return rs, err
+				})
 			}
 			if err != nil {
 				return fmt.Errorf("%s on %s: %w (see the rules with 'xdpdrop rules list --iface %s')", cmd.Name(), iface, err, iface)
@@ -134,12 +134,7 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 			defer att.Close()
 			defer eng.Close()
 			if rs != nil {
-				err := eng.Apply(rs)
-				reloaded := false
-				if errors.Is(err, fastdrop.ErrCapacity) {
-					err = reloadDrop(att, rs)
-					reloaded = err == nil
-				}
+				reloaded, err := reloadIfFull(att, eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
 				if err != nil {
 					return fmt.Errorf("replace the rules on %s: %w", iface, err)
 				}
