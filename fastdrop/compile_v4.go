@@ -36,7 +36,7 @@ import (
 type v4Table struct {
 	tbl24 []uint32 // tbl24Entries
 	mem24 *region
-	// touched24: tbl24 was populated (and may hold entries).
+	// touched24: tbl24 was populated or written (and may hold entries).
 	touched24 bool
 
 	groups  io.ReaderAt // the tbl8 pool: group g at g*1024 bytes
@@ -529,7 +529,11 @@ func (t *v4Table) group(i24 uint32) (*[256]uint32, error) {
 	return b, nil
 }
 
+// mark24 records that entries start to end changed: every write to tbl24
+// is followed by it.
 func (t *v4Table) mark24(start, end uint32) {
+	// A later build must clear them (an untouched table is all zero).
+	t.touched24 = true
 	for p := start / v4Page; p <= (end-1)/v4Page; p++ {
 		t.dirty24[p/64] |= 1 << (p % 64)
 	}
