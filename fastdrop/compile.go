@@ -74,6 +74,12 @@ var fieldB64 = [8]int{
 	gen.FastdropFdFieldFD_FLD_DST6:  int(gen.FastdropFdLayoutFD_B64DST6),
 }
 
+// Offsets of the front tables in fd_cls_half.b64.
+const (
+	b64Ports = int64(gen.FastdropFdLayoutFD_B64PORTS)
+	b64Front = int64(gen.FastdropFdLayoutFD_B64FRONT)
+)
+
 const (
 	fldEther = int(gen.FastdropFdFieldFD_FLD_ETHER)
 	fldProto = int(gen.FastdropFdFieldFD_FLD_PROTO)
@@ -348,6 +354,10 @@ type classifier struct {
 	// With at most 64 rules, the same as one-word bitmaps (fd_cls_half.b64):
 	// by value for ether, proto and ports, by class for addresses.
 	b64 [numField][]uint64
+	// The front tables (FD_B64_PORTS, FD_B64_FRONT): the first read of an
+	// IP frame, the AND of its kind's, ether's, proto's and (with ports)
+	// dport's bitmaps.
+	frontPorts, frontProto []uint64
 	// vals of the rules, in order (fd_conf.crule).
 	vals []uint32
 	// rebuilt: compiled for the change being made (else kept from the
@@ -418,8 +428,44 @@ func compileCompound(rules []*Rule) (*classifier, error) {
 				}
 			}
 		}
+		c.fronts()
 	}
 	return c, nil
+}
+
+// fronts fills the front tables from the kinds and the one-word bitmaps.
+// Their indexes are fd_front_ports() and fd_front_proto() in
+// bpf/fastdrop.h: (IPv6, UDP) x dport and (IPv6, non-first fragment) x
+// proto. An IP frame's EtherType is its family's.
+func (c *classifier) fronts() {
+	get := func(fld, v int) uint64 {
+		if c.fields&(1<<fld) == 0 {
+			return ^uint64(0)
+		}
+		return c.b64[fld][v]
+	}
+	c.frontPorts = make([]uint64, 4*65536)
+	c.frontProto = make([]uint64, 4*256)
+	for v6 := range 2 {
+		kind, ether := 4, 0x0800
+		if v6 == 1 {
+			kind, ether = 8, 0x86dd
+		}
+		for udp, proto := range []int{6, 17} {
+			all := c.kind[kind|1][0] & get(fldEther, ether) & get(fldProto, proto)
+			t := c.frontPorts[(v6<<1|udp)<<16:][:65536]
+			for port := range t {
+				t[port] = all & get(fldDport, port)
+			}
+		}
+		for nonfirst := range 2 {
+			all := c.kind[kind|nonfirst<<1][0] & get(fldEther, ether)
+			t := c.frontProto[(v6<<1|nonfirst)<<8:][:256]
+			for proto := range t {
+				t[proto] = all & get(fldProto, proto)
+			}
+		}
+	}
 }
 
 // kindAllows reports whether r can match a frame of family fam (0 = not

@@ -1422,6 +1422,17 @@ func (e *Engine) writeClassifier(h uint32) error {
 			return fmt.Errorf("write compound rule bitmaps: %w", err)
 		}
 	}
+	for _, f := range []struct {
+		s   []uint64
+		off int64
+	}{{c.frontPorts, b64Ports}, {c.frontProto, b64Front}} {
+		if len(f.s) == 0 {
+			continue
+		}
+		if _, err := e.mem.cls.WriteAt(u64Bytes(f.s), half+clsB64+f.off*8); err != nil {
+			return fmt.Errorf("write compound rule bitmaps: %w", err)
+		}
+	}
 	return nil
 }
 
