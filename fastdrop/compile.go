@@ -74,10 +74,15 @@ var fieldB64 = [8]int{
 	gen.FastdropFdFieldFD_FLD_DST6:  int(gen.FastdropFdLayoutFD_B64DST6),
 }
 
-// Offsets of the front tables in fd_cls_half.b64.
+// Offsets of the front tables in fd_cls_half.b64, and of their classes
+// and bitmaps (more than 64 rules) in fd_cls_half.tab and .bm.
 const (
-	b64Ports = int64(gen.FastdropFdLayoutFD_B64PORTS)
-	b64Front = int64(gen.FastdropFdLayoutFD_B64FRONT)
+	b64Ports  = int64(gen.FastdropFdLayoutFD_B64PORTS)
+	b64Front  = int64(gen.FastdropFdLayoutFD_B64FRONT)
+	tabFPorts = int64(gen.FastdropFdLayoutFD_TAB_FPORTS)
+	tabFProto = int64(gen.FastdropFdLayoutFD_TAB_FPROTO)
+	bmFront   = int64(gen.FastdropFdLayoutFD_BM_FRONT)
+	bmFronts  = int(gen.FastdropFdLayoutFD_BM_FRONTS)
 )
 
 const (
@@ -358,6 +363,10 @@ type classifier struct {
 	// IP frame, the AND of its kind's, ether's, proto's and (with ports)
 	// dport's bitmaps.
 	frontPorts, frontProto []uint64
+	// With more than 64 rules, the front tables hold classes
+	// (FD_TAB_FPORTS, FD_TAB_FPROTO), whose bitmaps are frontBm.
+	frontPortsCls, frontProtoCls []uint16
+	frontBm                      []bitmap
 	// vals of the rules, in order (fd_conf.crule).
 	vals []uint32
 	// rebuilt: compiled for the change being made (else kept from the
@@ -429,8 +438,70 @@ func compileCompound(rules []*Rule) (*classifier, error) {
 			}
 		}
 		c.fronts()
+	} else {
+		c.frontClasses()
+		// At most 4 x 513 port classes and 4 x 257 protocol classes.
+		if len(c.frontBm) > bmFronts {
+			return nil, fmt.Errorf("%d front classes, room for %d", len(c.frontBm), bmFronts)
+		}
 	}
 	return c, nil
+}
+
+// frontClasses fills the front tables for more than 64 rules: as fronts
+// does, but each entry is a class, the index of its bitmap in frontBm.
+func (c *classifier) frontClasses() {
+	all := bitmap{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)}
+	get := func(fld, v int) bitmap {
+		if c.fields&(1<<fld) == 0 {
+			return all
+		}
+		return c.bm[fld*bmField+int(c.tabs[fld][v])]
+	}
+	and := func(a, b bitmap) bitmap { return bitmap{a[0] & b[0], a[1] & b[1], a[2] & b[2], a[3] & b[3]} }
+	classes := make(map[bitmap]uint16)
+	classOf := func(b bitmap) uint16 {
+		k, ok := classes[b]
+		if !ok {
+			k = uint16(len(c.frontBm))
+			classes[b] = k
+			c.frontBm = append(c.frontBm, b)
+		}
+		return k
+	}
+	c.frontPortsCls = make([]uint16, 4*65536)
+	c.frontProtoCls = make([]uint16, 4*256)
+	for v6 := range 2 {
+		kind, ether := 4, 0x0800
+		if v6 == 1 {
+			kind, ether = 8, 0x86dd
+		}
+		for udp, proto := range []int{6, 17} {
+			base := and(and(c.kind[kind|1], get(fldEther, ether)), get(fldProto, proto))
+			t := c.frontPortsCls[(v6<<1|udp)<<16:][:65536]
+			// Ports of one dport class share a bitmap: one lookup each.
+			byDport := map[uint16]uint16{}
+			for port := range t {
+				d := uint16(0)
+				if c.fields&(1<<fldDport) != 0 {
+					d = c.tabs[fldDport][port]
+				}
+				k, ok := byDport[d]
+				if !ok {
+					k = classOf(and(base, get(fldDport, port)))
+					byDport[d] = k
+				}
+				t[port] = k
+			}
+		}
+		for nonfirst := range 2 {
+			base := and(c.kind[kind|nonfirst<<1], get(fldEther, ether))
+			t := c.frontProtoCls[(v6<<1|nonfirst)<<8:][:256]
+			for proto := range t {
+				t[proto] = classOf(and(base, get(fldProto, proto)))
+			}
+		}
+	}
 }
 
 // fronts fills the front tables from the kinds and the one-word bitmaps.

@@ -1433,6 +1433,22 @@ func (e *Engine) writeClassifier(h uint32) error {
 			return fmt.Errorf("write compound rule bitmaps: %w", err)
 		}
 	}
+	for _, f := range []struct {
+		s   []uint16
+		off int64
+	}{{c.frontPortsCls, tabFPorts}, {c.frontProtoCls, tabFProto}} {
+		if len(f.s) == 0 {
+			continue
+		}
+		if _, err := e.mem.cls.WriteAt(u16Bytes(f.s), half+clsTab+f.off*2); err != nil {
+			return fmt.Errorf("write compound rule tables: %w", err)
+		}
+	}
+	if len(c.frontBm) > 0 {
+		if _, err := e.mem.cls.WriteAt(bmBytes(c.frontBm), half+clsBm+bmFront*32); err != nil {
+			return fmt.Errorf("write compound rule bitmaps: %w", err)
+		}
+	}
 	return nil
 }
 
