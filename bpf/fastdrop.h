@@ -781,6 +781,14 @@ static __always_inline int fd_parse(struct xdp_md *ctx, struct fd_pkt *p)
 	p->nonfirst = 0;
 	p->has_ports = 0;
 	p->kind = 0;
+	/* Never read unless written below, but clang may still spill them
+	 * (an undefined register), which the verifier refuses: a few zeroed
+	 * registers, not the whole struct. */
+	p->sport = 0;
+	p->dport = 0;
+	p->src4 = 0;
+	p->dst4 = 0;
+	p->proto = 0;
 
 	et = parse_ethhdr(&nh, data_end);
 	if (et < 0)
