@@ -437,20 +437,23 @@ func compileCompound(rules []*Rule) (*classifier, error) {
 				}
 			}
 		}
-		c.fronts()
-	} else {
-		c.frontClasses()
-		// At most 4 x 513 port classes and 4 x 257 protocol classes.
-		if len(c.frontBm) > bmFronts {
-			return nil, fmt.Errorf("%d front classes, room for %d", len(c.frontBm), bmFronts)
-		}
+	}
+	c.fronts(len(rules) <= 64)
+	// At most 4 x 513 port classes and 4 x 257 protocol classes.
+	if len(c.frontBm) > bmFronts {
+		return nil, fmt.Errorf("%d front classes, room for %d", len(c.frontBm), bmFronts)
 	}
 	return c, nil
 }
 
-// frontClasses fills the front tables for more than 64 rules: as fronts
-// does, but each entry is a class, the index of its bitmap in frontBm.
-func (c *classifier) frontClasses() {
+// fronts fills the front tables: for each IP frame, the AND of the
+// bitmaps of its kind, EtherType (its family's), protocol and, with ports,
+// destination port. They are indexed as fd_front_ports() and
+// fd_front_proto() in bpf/fastdrop.h: (IPv6, UDP) x dport and (IPv6,
+// non-first fragment) x proto. With one-word bitmaps (at most 64 rules) an
+// entry is the bitmap's word (FD_B64_PORTS, FD_B64_FRONT), else a class
+// whose bitmap is in frontBm (FD_TAB_FPORTS, FD_TAB_FPROTO).
+func (c *classifier) fronts(oneWord bool) {
 	all := bitmap{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)}
 	get := func(fld, v int) bitmap {
 		if c.fields&(1<<fld) == 0 {
@@ -460,83 +463,68 @@ func (c *classifier) frontClasses() {
 	}
 	and := func(a, b bitmap) bitmap { return bitmap{a[0] & b[0], a[1] & b[1], a[2] & b[2], a[3] & b[3]} }
 	classes := make(map[bitmap]uint16)
-	classOf := func(b bitmap) uint16 {
+	var words []uint64
+	var cls []uint16
+	put := func(i int, b bitmap) {
+		if oneWord {
+			words[i] = b[0]
+			return
+		}
 		k, ok := classes[b]
 		if !ok {
 			k = uint16(len(c.frontBm))
 			classes[b] = k
 			c.frontBm = append(c.frontBm, b)
 		}
-		return k
+		cls[i] = k
 	}
-	c.frontPortsCls = make([]uint16, 4*65536)
-	c.frontProtoCls = make([]uint16, 4*256)
+	table := func(n int) {
+		if oneWord {
+			words = make([]uint64, n)
+		} else {
+			cls = make([]uint16, n)
+		}
+	}
+
+	table(4 * 65536)
+	for v6 := range 2 {
+		kind, ether := 4|1, 0x0800 // with ports
+		if v6 == 1 {
+			kind, ether = 8|1, 0x86dd
+		}
+		for udp, proto := range []int{6, 17} {
+			base := and(and(c.kind[kind], get(fldEther, ether)), get(fldProto, proto))
+			// The ports of one dport class share a bitmap.
+			byClass := make([]*bitmap, max(c.used[fldDport], 1))
+			for port := range 65536 {
+				d := 0
+				if c.fields&(1<<fldDport) != 0 {
+					d = int(c.tabs[fldDport][port])
+				}
+				if byClass[d] == nil {
+					b := and(base, get(fldDport, port))
+					byClass[d] = &b
+				}
+				put((v6<<1|udp)<<16|port, *byClass[d])
+			}
+		}
+	}
+	c.frontPorts, c.frontPortsCls = words, cls
+
+	table(4 * 256)
 	for v6 := range 2 {
 		kind, ether := 4, 0x0800
 		if v6 == 1 {
 			kind, ether = 8, 0x86dd
-		}
-		for udp, proto := range []int{6, 17} {
-			base := and(and(c.kind[kind|1], get(fldEther, ether)), get(fldProto, proto))
-			t := c.frontPortsCls[(v6<<1|udp)<<16:][:65536]
-			// Ports of one dport class share a bitmap: one lookup each.
-			byDport := map[uint16]uint16{}
-			for port := range t {
-				d := uint16(0)
-				if c.fields&(1<<fldDport) != 0 {
-					d = c.tabs[fldDport][port]
-				}
-				k, ok := byDport[d]
-				if !ok {
-					k = classOf(and(base, get(fldDport, port)))
-					byDport[d] = k
-				}
-				t[port] = k
-			}
 		}
 		for nonfirst := range 2 {
 			base := and(c.kind[kind|nonfirst<<1], get(fldEther, ether))
-			t := c.frontProtoCls[(v6<<1|nonfirst)<<8:][:256]
-			for proto := range t {
-				t[proto] = classOf(and(base, get(fldProto, proto)))
+			for proto := range 256 {
+				put((v6<<1|nonfirst)<<8|proto, and(base, get(fldProto, proto)))
 			}
 		}
 	}
-}
-
-// fronts fills the front tables from the kinds and the one-word bitmaps.
-// Their indexes are fd_front_ports() and fd_front_proto() in
-// bpf/fastdrop.h: (IPv6, UDP) x dport and (IPv6, non-first fragment) x
-// proto. An IP frame's EtherType is its family's.
-func (c *classifier) fronts() {
-	get := func(fld, v int) uint64 {
-		if c.fields&(1<<fld) == 0 {
-			return ^uint64(0)
-		}
-		return c.b64[fld][v]
-	}
-	c.frontPorts = make([]uint64, 4*65536)
-	c.frontProto = make([]uint64, 4*256)
-	for v6 := range 2 {
-		kind, ether := 4, 0x0800
-		if v6 == 1 {
-			kind, ether = 8, 0x86dd
-		}
-		for udp, proto := range []int{6, 17} {
-			all := c.kind[kind|1][0] & get(fldEther, ether) & get(fldProto, proto)
-			t := c.frontPorts[(v6<<1|udp)<<16:][:65536]
-			for port := range t {
-				t[port] = all & get(fldDport, port)
-			}
-		}
-		for nonfirst := range 2 {
-			all := c.kind[kind|nonfirst<<1][0] & get(fldEther, ether)
-			t := c.frontProto[(v6<<1|nonfirst)<<8:][:256]
-			for proto := range t {
-				t[proto] = all & get(fldProto, proto)
-			}
-		}
-	}
+	c.frontProto, c.frontProtoCls = words, cls
 }
 
 // kindAllows reports whether r can match a frame of family fam (0 = not

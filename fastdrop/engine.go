@@ -1422,31 +1422,22 @@ func (e *Engine) writeClassifier(h uint32) error {
 			return fmt.Errorf("write compound rule bitmaps: %w", err)
 		}
 	}
+	// The front tables: one-word entries or classes and their bitmaps.
 	for _, f := range []struct {
-		s   []uint64
-		off int64
-	}{{c.frontPorts, b64Ports}, {c.frontProto, b64Front}} {
-		if len(f.s) == 0 {
+		b   []byte
+		off int64 // bytes into the half
+	}{
+		{u64Bytes(c.frontPorts), clsB64 + b64Ports*8},
+		{u64Bytes(c.frontProto), clsB64 + b64Front*8},
+		{u16Bytes(c.frontPortsCls), clsTab + tabFPorts*2},
+		{u16Bytes(c.frontProtoCls), clsTab + tabFProto*2},
+		{bmBytes(c.frontBm), clsBm + bmFront*32},
+	} {
+		if len(f.b) == 0 {
 			continue
 		}
-		if _, err := e.mem.cls.WriteAt(u64Bytes(f.s), half+clsB64+f.off*8); err != nil {
-			return fmt.Errorf("write compound rule bitmaps: %w", err)
-		}
-	}
-	for _, f := range []struct {
-		s   []uint16
-		off int64
-	}{{c.frontPortsCls, tabFPorts}, {c.frontProtoCls, tabFProto}} {
-		if len(f.s) == 0 {
-			continue
-		}
-		if _, err := e.mem.cls.WriteAt(u16Bytes(f.s), half+clsTab+f.off*2); err != nil {
+		if _, err := e.mem.cls.WriteAt(f.b, half+f.off); err != nil {
 			return fmt.Errorf("write compound rule tables: %w", err)
-		}
-	}
-	if len(c.frontBm) > 0 {
-		if _, err := e.mem.cls.WriteAt(bmBytes(c.frontBm), half+clsBm+bmFront*32); err != nil {
-			return fmt.Errorf("write compound rule bitmaps: %w", err)
 		}
 	}
 	return nil
