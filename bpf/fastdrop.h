@@ -193,7 +193,8 @@ struct fd_conf {
 	 * has children 2n and 2n+1, 0 = no node; node 0 is unused. */
 	__u8 v6_tree[256];
 	/* Rules that a frame of this kind can match at all (family, non-first
-	 * fragment, ports present); see fd_kind(). */
+	 * fragment, ports present), by fd_pkt.kind; the front tables
+	 * (FD_B64_PORTS) hold them ANDed with the other fields' bitmaps. */
 	struct fd_bm kind[FD_KINDS];
 	/* val of compound rule i. */
 	__u32 crule[FD_MAX_COMPOUND];
@@ -455,12 +456,6 @@ static __always_inline __u32 fd_ctz64(__u64 x)
 	if (!(x & 0x1))
 		n += 1;
 	return n;
-}
-
-/* The index of a frame's kind in fd_conf.kind: set by fd_parse. */
-static __always_inline __u32 fd_kind(const struct fd_pkt *p)
-{
-	return p->kind;
 }
 
 /* acc &= bitmap of class cls of field fld; returns whether any bit is

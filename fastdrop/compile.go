@@ -478,6 +478,13 @@ func (c *classifier) fronts(oneWord bool) {
 		}
 		cls[i] = k
 	}
+	copyEntry := func(dst, src int) {
+		if oneWord {
+			words[dst] = words[src]
+		} else {
+			cls[dst] = cls[src]
+		}
+	}
 	table := func(n int) {
 		if oneWord {
 			words = make([]uint64, n)
@@ -494,18 +501,21 @@ func (c *classifier) fronts(oneWord bool) {
 		}
 		for udp, proto := range []int{6, 17} {
 			base := and(and(c.kind[kind], get(fldEther, ether)), get(fldProto, proto))
-			// The ports of one dport class share a bitmap.
-			byClass := make([]*bitmap, max(c.used[fldDport], 1))
+			// The ports of one dport class share an entry: the first
+			// port of each class computes it, the others copy it.
+			row := (v6<<1 | udp) << 16
+			first := make([]int, max(c.used[fldDport], 1))
 			for port := range 65536 {
 				d := 0
 				if c.fields&(1<<fldDport) != 0 {
 					d = int(c.tabs[fldDport][port])
 				}
-				if byClass[d] == nil {
-					b := and(base, get(fldDport, port))
-					byClass[d] = &b
+				if first[d] == 0 {
+					first[d] = row + port + 1 // + 1: 0 is "none yet"
+					put(row+port, and(base, get(fldDport, port)))
+				} else {
+					copyEntry(row+port, first[d]-1)
 				}
-				put((v6<<1|udp)<<16|port, *byClass[d])
 			}
 		}
 	}
