@@ -83,6 +83,9 @@ const (
 	tabFProto = int64(gen.FastdropFdLayoutFD_TAB_FPROTO)
 	bmFront   = int64(gen.FastdropFdLayoutFD_BM_FRONT)
 	bmFronts  = int(gen.FastdropFdLayoutFD_BM_FRONTS)
+	tabW4     = int64(gen.FastdropFdLayoutFD_TAB_W4)
+	tabW4Pool = int64(gen.FastdropFdLayoutFD_TAB_W4POOL)
+	w4Chunks  = int(gen.FastdropFdLayoutFD_TAB_W4CHUNKS)
 )
 
 const (
@@ -367,6 +370,12 @@ type classifier struct {
 	// (FD_TAB_FPORTS, FD_TAB_FPROTO), whose bitmaps are frontBm.
 	frontPortsCls, frontProtoCls []uint16
 	frontBm                      []bitmap
+	// With at most 64 rules, the IPv4 fields' two-level tries
+	// (FD_TAB_W4): the first levels of src4 and dst4, then the chunks.
+	// v4ps are those fields' prefixes in class order.
+	w4     [2][]uint16
+	w4pool []uint16
+	v4ps   [2][]netip.Prefix
 	// vals of the rules, in order (fd_conf.crule).
 	vals []uint32
 	// rebuilt: compiled for the change being made (else kept from the
@@ -436,6 +445,11 @@ func compileCompound(rules []*Rule) (*classifier, error) {
 					c.b64[fld][k] = bm[k][0]
 				}
 			}
+		}
+	}
+	if len(rules) <= 64 {
+		if err := c.wideTries(); err != nil {
+			return nil, err
 		}
 	}
 	c.fronts(len(rules) <= 64)
@@ -665,6 +679,50 @@ func (c *classifier) prefixes(fld int, rules []*Rule, v4 bool, get func(*Rule) n
 		if err := c.trieInsert(l1, p, uint16(k+1)); err != nil {
 			return err
 		}
+	}
+	if v4 {
+		c.v4ps[fld-fldSrc4] = ps
+	}
+	return nil
+}
+
+// wideTries builds the IPv4 fields' two-level tries (20 + 12 bits) from
+// their prefixes, shortest first, so that a longer prefix overwrites a
+// shorter one and a new chunk starts out as the entry it replaces.
+func (c *classifier) wideTries() error {
+	for f, ps := range c.v4ps {
+		if len(ps) == 0 {
+			continue
+		}
+		l1 := make([]uint16, 1<<20)
+		for k, p := range ps {
+			class := uint16(k + 1)
+			a := binary.BigEndian.Uint32(p.Addr().AsSlice())
+			if p.Bits() <= 20 {
+				start := a >> 12
+				for i := start; i < start+1<<(20-p.Bits()); i++ {
+					l1[i] = class
+				}
+				continue
+			}
+			e := l1[a>>12]
+			if e&tabExt == 0 {
+				chunk := len(c.w4pool) / 4096
+				if chunk == w4Chunks {
+					return fmt.Errorf("compound rules: IPv4 address tries need more than %d chunks: %w", w4Chunks, ErrCapacity)
+				}
+				for range 4096 {
+					c.w4pool = append(c.w4pool, e)
+				}
+				e = tabExt | uint16(chunk)
+				l1[a>>12] = e
+			}
+			start := int(e&^tabExt)*4096 + int(a&0xfff)
+			for i := start; i < start+1<<(32-p.Bits()); i++ {
+				c.w4pool[i] = class
+			}
+		}
+		c.w4[f] = l1
 	}
 	return nil
 }

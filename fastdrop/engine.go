@@ -1422,7 +1422,8 @@ func (e *Engine) writeClassifier(h uint32) error {
 			return fmt.Errorf("write compound rule bitmaps: %w", err)
 		}
 	}
-	// The front tables: one-word entries or classes and their bitmaps.
+	// The front tables (one-word entries, or classes and their bitmaps)
+	// and the IPv4 fields' two-level tries.
 	for _, f := range []struct {
 		b   []byte
 		off int64 // bytes into the half
@@ -1432,6 +1433,9 @@ func (e *Engine) writeClassifier(h uint32) error {
 		{u16Bytes(c.frontPortsCls), clsTab + tabFPorts*2},
 		{u16Bytes(c.frontProtoCls), clsTab + tabFProto*2},
 		{bmBytes(c.frontBm), clsBm + bmFront*32},
+		{u16Bytes(c.w4[0]), clsTab + tabW4*2},
+		{u16Bytes(c.w4[1]), clsTab + (tabW4+1<<20)*2},
+		{u16Bytes(c.w4pool), clsTab + tabW4Pool*2},
 	} {
 		if len(f.b) == 0 {
 			continue
