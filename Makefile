@@ -10,7 +10,7 @@ export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 BIN := bin/xdpdrop
 
-.PHONY: all build setup test test-short generate check-generate generate-docker vet fmt-check ci demo clean
+.PHONY: all build setup test test-short diff-sweep generate check-generate generate-docker vet fmt-check ci demo clean
 
 all: build
 
@@ -25,6 +25,11 @@ test: setup
 
 test-short: setup
 	./scripts/gotest.sh -short
+
+# Fast drop's differential tests over many seeds (CI runs one):
+# make diff-sweep [FIRST=1 LAST=50]
+diff-sweep: setup
+	./scripts/diff-sweep.sh $(or $(FIRST),1) $(or $(LAST),50)
 
 generate:
 	$(GO) generate ./gen/
