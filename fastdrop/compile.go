@@ -707,14 +707,10 @@ func (c *classifier) wideTries() error {
 			}
 			e := l1[a>>12]
 			if e&tabExt == 0 {
-				chunk := len(c.w4pool) / 4096
-				if chunk == w4Chunks {
-					return fmt.Errorf("compound rules: IPv4 address tries need more than %d chunks: %w", w4Chunks, ErrCapacity)
+				var err error
+				if e, err = newChunk(&c.w4pool, e, 4096, w4Chunks, "IPv4 address tries"); err != nil {
+					return err
 				}
-				for range 4096 {
-					c.w4pool = append(c.w4pool, e)
-				}
-				e = tabExt | uint16(chunk)
 				l1[a>>12] = e
 			}
 			start := int(e&^tabExt)*4096 + int(a&0xfff)
@@ -725,6 +721,18 @@ func (c *classifier) wideTries() error {
 		c.w4[f] = l1
 	}
 	return nil
+}
+
+// newChunk appends a trie chunk of size entries to pool, each e (the leaf
+// it replaces), and returns the entry that points to it; ErrCapacity past
+// max chunks.
+func newChunk(pool *[]uint16, e uint16, size, max int, what string) (uint16, error) {
+	chunk := len(*pool) / size
+	if chunk == max {
+		return 0, fmt.Errorf("compound rules: %s need more than %d chunks: %w", what, max, ErrCapacity)
+	}
+	*pool = append(*pool, slices.Repeat([]uint16{e}, size)...)
+	return tabExt | uint16(chunk), nil
 }
 
 // trieInsert sets the leaves covered by p to class. Prefixes must come
@@ -754,14 +762,10 @@ func (c *classifier) trieInsert(l1 []uint16, p netip.Prefix, class uint16) error
 	for b := 2; ; b++ {
 		e := get()
 		if e&tabExt == 0 {
-			chunk := len(c.pool) / 256
-			if chunk == tabChunks {
-				return fmt.Errorf("compound rules: address tries need more than %d chunks: %w", tabChunks, ErrCapacity)
+			var err error
+			if e, err = newChunk(&c.pool, e, 256, tabChunks, "address tries"); err != nil {
+				return err
 			}
-			for range 256 {
-				c.pool = append(c.pool, e)
-			}
-			e = tabExt | uint16(chunk)
 			if inL1 {
 				l1[at] = e
 			} else {
