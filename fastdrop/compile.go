@@ -642,7 +642,8 @@ func (c *classifier) ports(fld int, rules []*Rule, get func(*Rule) *PortRange) {
 // per level) whose leaves are classes: class 0 is "no rule's prefix", class
 // k the k-th distinct prefix by length, and a leaf holds the class of the
 // longest prefix containing it. A class's bitmap has the rules whose prefix
-// contains that class's prefix, and the rules without one.
+// contains that class's prefix, and the rules without one. With at most 64
+// rules an IPv4 field gets the two-level trie of wideTries instead.
 func (c *classifier) prefixes(fld int, rules []*Rule, v4 bool, get func(*Rule) netip.Prefix) error {
 	var ps []netip.Prefix
 	for _, r := range rules {
@@ -674,14 +675,16 @@ func (c *classifier) prefixes(fld int, rules []*Rule, v4 bool, get func(*Rule) n
 			}
 		}
 	}
+	if v4 && len(rules) <= 64 {
+		// The program reads the two-level trie (wideTries) instead.
+		c.v4ps[fld-fldSrc4] = ps
+		return nil
+	}
 	l1 := c.tab(fld, 65536)
 	for k, p := range ps {
 		if err := c.trieInsert(l1, p, uint16(k+1)); err != nil {
 			return err
 		}
-	}
-	if v4 {
-		c.v4ps[fld-fldSrc4] = ps
 	}
 	return nil
 }

@@ -1401,8 +1401,11 @@ func (e *Engine) writeClassifier(h uint32) error {
 		if c.fields&(1<<fld) == 0 {
 			continue
 		}
-		if _, err := e.mem.cls.WriteAt(u16Bytes(c.tabs[fld]), half+clsTab+int64(fieldTab[fld])*2); err != nil {
-			return fmt.Errorf("write compound rule tables: %w", err)
+		// (No table for IPv4 fields with at most 64 rules: wideTries.)
+		if tab := c.tabs[fld]; len(tab) > 0 {
+			if _, err := e.mem.cls.WriteAt(u16Bytes(tab), half+clsTab+int64(fieldTab[fld])*2); err != nil {
+				return fmt.Errorf("write compound rule tables: %w", err)
+			}
 		}
 		start := fld * bmField
 		if _, err := e.mem.cls.WriteAt(bmBytes(c.bm[start:start+c.used[fld]]), half+clsBm+int64(start)*32); err != nil {
