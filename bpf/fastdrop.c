@@ -101,32 +101,39 @@ struct {
 	__uint(max_entries, VERDICT_MAX);
 } fd_lpm_verdicts SEC(".maps");
 
-/* xdp_lpm_baseline looks the source address up in a kernel LPM trie whose
- * values are vals (as in the prefix tables) and counts the verdict. */
+/* fd_decide_lpm looks the source address up in a kernel LPM trie whose
+ * values are vals (as in the prefix tables); malformed frames pass. */
+static __always_inline struct fd_result fd_decide_lpm(const void *arg, const struct fd_pkt *p)
+{
+	struct fd_result r = {};
+	__u32 *val = NULL;
+
+	if (p && p->family == 4) {
+		struct fd_lpm4_key k = { .prefixlen = 32 };
+
+		*(__u32 *)k.addr = bpf_htonl(p->src4);
+		val = bpf_map_lookup_elem(&fd_lpm4, &k);
+	} else if (p && p->family == 6) {
+		struct fd_lpm6_key k = { .prefixlen = 128 };
+
+		__builtin_memcpy(k.addr, p->src6, 16);
+		val = bpf_map_lookup_elem(&fd_lpm6, &k);
+	}
+	if (val)
+		r.val = *val;
+	return r;
+}
+
+/* xdp_lpm_baseline: the same parser, the kernel's LPM trie for the source
+ * address, and a count per verdict. */
 SEC("xdp")
 int xdp_lpm_baseline(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct fd_pkt p;
-	__u32 verdict = XDP_PASS, *val = NULL;
+	__u32 verdict = fd_xdp_action(fd_val_action(fd_parse_then(ctx, fd_decide_lpm, NULL).val));
 	struct counter *cnt;
 
-	if (fd_parse(ctx, &p) == 0) {
-		if (p.family == 4) {
-			struct fd_lpm4_key k = { .prefixlen = 32 };
-
-			*(__u32 *)k.addr = bpf_htonl(p.src4);
-			val = bpf_map_lookup_elem(&fd_lpm4, &k);
-		} else if (p.family == 6) {
-			struct fd_lpm6_key k = { .prefixlen = 128 };
-
-			__builtin_memcpy(k.addr, p.src6, 16);
-			val = bpf_map_lookup_elem(&fd_lpm6, &k);
-		}
-		if (val)
-			verdict = fd_xdp_action(fd_val_action(*val));
-	}
 	cnt = bpf_map_lookup_elem(&fd_lpm_verdicts, &verdict);
 	if (cnt)
 		count(cnt, data_end - data);

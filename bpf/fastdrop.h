@@ -779,99 +779,140 @@ __noinline __u32 fd_v6_lookup(const struct fd_conf *c, __u64 hi, __u64 lo)
 
 /* ---- the whole evaluation ---- */
 
-/* fd_parse fills p; returns -1 for a malformed frame. It writes only the
- * fields that the frame's kind makes meaningful (addresses of its family,
- * ports when it has them), and readers look at no others: zeroing the
- * whole struct for every frame would cost more than the rest of it. */
-static __always_inline int fd_parse(struct xdp_md *ctx, struct fd_pkt *p)
+/* fd_ports reads the ports of a first TCP or UDP fragment at pos and adds
+ * them to p; -1 if the header is cut short. */
+static __always_inline int fd_ports(struct fd_pkt *p, void *pos, void *data_end)
 {
-	void *data, *data_end;
-	struct hdr_cursor nh;
-	int et, proto;
-	__u8 kind;
+	__u32 need = p->proto == IPPROTO_TCP ? 20 : 8;
+	__u32 ports;
 
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	nh.pos = data;
-	p->family = 0;
-	p->nonfirst = 0;
-	p->has_ports = 0;
-	p->kind = 0;
-	/* Never read unless written below, but clang may still spill them
-	 * (an undefined register), which the verifier refuses: a few zeroed
-	 * registers, not the whole struct. */
-	p->sport = 0;
-	p->dport = 0;
-	p->src4 = 0;
-	p->dst4 = 0;
-	p->proto = 0;
+	if (pos + need > data_end)
+		return -1;
+	if (pos + 4 > data_end)
+		return -1;
+	/* Both ports in one load: sport in the high half. */
+	ports = bpf_ntohl(*(__u32 *)pos);
+	p->sport = ports >> 16;
+	p->dport = ports & 0xffff;
+	p->has_ports = 1;
+	p->kind |= 1;
+	return 0;
+}
+
+/* What fd_decide needs besides the frame. */
+struct fd_env {
+	const struct fd_main *m;
+	const struct fd_conf *c;
+	__u32 half;
+};
+
+/* A frame's verdict from its parsed fields, or, with p NULL, a malformed
+ * frame's. Passed to fd_parse_then as a constant and inlined there. */
+typedef struct fd_result (*fd_decide_fn)(const void *arg, const struct fd_pkt *p);
+
+/* fd_parse_then parses the frame at ctx and returns decide(arg, fields),
+ * or decide(arg, NULL) for a malformed frame. Each kind of frame (IPv4 or
+ * IPv6, with ports or without, not IP) gets its own inlined copy of
+ * decide, in which clang knows what the kind fixes (family, ports, which
+ * fields are set) and carries no other kind's fields in registers or on
+ * the stack: merging the kinds before deciding made clang spill most
+ * fields (measured A/B: 64 rules + 10k prefixes, the worst frame 2.65x ->
+ * 2.45x bare; every row faster). Only the fields that the frame's kind
+ * makes meaningful are written (addresses of its family, ports when it has
+ * them), and readers look at no others. */
+static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, fd_decide_fn decide,
+						      const void *arg)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct hdr_cursor nh = { .pos = data };
+	struct fd_pkt p;
+	int et, proto;
 
 	et = parse_ethhdr(&nh, data_end);
 	if (et < 0)
-		return -1;
-	p->ethertype = et;
+		return decide(arg, NULL);
+	p.ethertype = et;
+	p.nonfirst = 0;
+	p.has_ports = 0;
+	/* Never read unless the kind says so, but clang may still spill
+	 * them (an undefined register), which the verifier refuses. */
+	p.sport = 0;
+	p.dport = 0;
 
 	if (et == ETH_P_IP) {
 		struct iphdr *iph;
 
 		proto = parse_iphdr(&nh, data_end, &iph);
 		if (proto < 0)
-			return -1;
-		p->family = 4;
-		p->proto = proto;
-		p->src4 = bpf_ntohl(iph->saddr);
-		p->dst4 = bpf_ntohl(iph->daddr);
-		p->nonfirst = (bpf_ntohs(iph->frag_off) & 0x1fff) != 0;
-		kind = 4;
-	} else if (et == ETH_P_IPV6) {
+			return decide(arg, NULL);
+		p.family = 4;
+		p.proto = proto;
+		p.src4 = bpf_ntohl(iph->saddr);
+		p.dst4 = bpf_ntohl(iph->daddr);
+		if (iph->frag_off & bpf_htons(0x1fff)) {
+			p.nonfirst = 1;
+			p.kind = 4 | 2;
+			return decide(arg, &p);
+		}
+		p.kind = 4;
+		if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) {
+			if (fd_ports(&p, nh.pos, data_end) < 0)
+				return decide(arg, NULL);
+			return decide(arg, &p);
+		}
+		return decide(arg, &p);
+	}
+	if (et == ETH_P_IPV6) {
 		struct ipv6hdr *ip6h;
 
 		proto = parse_ip6hdr(&nh, data_end, &ip6h);
 		if (proto < 0)
-			return -1;
-		__builtin_memcpy(p->src6, &ip6h->saddr, 16);
-		__builtin_memcpy(p->dst6, &ip6h->daddr, 16);
-		proto = skip_ip6hdrext(&nh, data_end, proto, &p->nonfirst);
+			return decide(arg, NULL);
+		__builtin_memcpy(p.src6, &ip6h->saddr, 16);
+		__builtin_memcpy(p.dst6, &ip6h->daddr, 16);
+		proto = skip_ip6hdrext(&nh, data_end, proto, &p.nonfirst);
 		if (proto < 0)
-			return -1;
-		p->family = 6;
-		p->proto = proto;
-		kind = 8;
-	} else {
-		return 0; /* kind 0 */
+			return decide(arg, NULL);
+		p.family = 6;
+		p.proto = proto;
+		p.src4 = 0;
+		p.dst4 = 0;
+		if (p.nonfirst) {
+			p.kind = 8 | 2;
+			return decide(arg, &p);
+		}
+		p.kind = 8;
+		if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) {
+			if (fd_ports(&p, nh.pos, data_end) < 0)
+				return decide(arg, NULL);
+			return decide(arg, &p);
+		}
+		return decide(arg, &p);
 	}
-
-	if (p->nonfirst) {
-		kind |= 2;
-	} else if (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) {
-		__u16 *ports = nh.pos;
-		__u32 need = p->proto == IPPROTO_TCP ? 20 : 8;
-
-		if (nh.pos + need > data_end)
-			return -1;
-		if ((void *)(ports + 2) > data_end)
-			return -1;
-		p->sport = bpf_ntohs(ports[0]);
-		p->dport = bpf_ntohs(ports[1]);
-		p->has_ports = 1;
-		kind |= 1;
-	}
-	p->kind = kind;
-	return 0;
+	p.family = 0;
+	p.kind = 0;
+	p.proto = 0;
+	p.src4 = 0;
+	p.dst4 = 0;
+	return decide(arg, &p);
 }
 
-/* fd_match evaluates one frame against half (0 or 1) of the rule set. */
-static __always_inline struct fd_result fd_match(const struct fd_main *m, __u32 half,
-						 struct xdp_md *ctx)
+/* fd_decide evaluates a frame: malformed, then compound rules, then the
+ * longest source prefix, then the default policy. */
+static __always_inline struct fd_result fd_decide(const void *arg, const struct fd_pkt *p)
 {
-	const struct fd_conf *c = &m->ctl.conf[half & 1];
+	const struct fd_env *env = arg;
+	const struct fd_main *m = env->m;
+	const struct fd_conf *c = env->c;
+	__u32 half = env->half;
 	struct fd_result r = {};
-	struct fd_pkt p;
 	int i;
 
-	if (fd_parse(ctx, &p) < 0) {
+	if (!p) {
 		r.class = FD_CLASS_MALFORMED;
-		r.val = (c->malformed << FD_VAL_ACT_SHIFT) | (FD_SLOT_MALFORMED + (c->malformed & 3));
+		r.val = (c->malformed << FD_VAL_ACT_SHIFT) |
+			(FD_SLOT_MALFORMED + (c->malformed & 3));
 		return r;
 	}
 
@@ -879,9 +920,9 @@ static __always_inline struct fd_result fd_match(const struct fd_main *m, __u32 
 		const struct fd_cls_half *t = &m->cls[half & 1];
 
 		if (c->ncompound <= 64)
-			i = fd_compound64(c, t, &p);
+			i = fd_compound64(c, t, p);
 		else
-			i = fd_compound(c, t, &p);
+			i = fd_compound(c, t, p);
 		if (i >= 0) {
 			r.class = FD_CLASS_COMPOUND;
 			r.index = i & (FD_MAX_COMPOUND - 1);
@@ -890,10 +931,10 @@ static __always_inline struct fd_result fd_match(const struct fd_main *m, __u32 
 		}
 	}
 
-	if (p.family == 4 && c->v4_count)
-		r.val = fd_v4_lookup(m, half, p.src4);
-	else if (p.family == 6 && c->v6_count)
-		r.val = fd_v6_lookup(c, p.src6[0], p.src6[1]);
+	if (p->family == 4 && c->v4_count)
+		r.val = fd_v4_lookup(m, half, p->src4);
+	else if (p->family == 6 && c->v6_count)
+		r.val = fd_v6_lookup(c, p->src6[0], p->src6[1]);
 	if (r.val) {
 		r.class = FD_CLASS_PREFIX;
 		return r;
@@ -902,6 +943,15 @@ static __always_inline struct fd_result fd_match(const struct fd_main *m, __u32 
 	r.class = FD_CLASS_DEFAULT;
 	r.val = (c->policy << FD_VAL_ACT_SHIFT) | (FD_SLOT_DEFAULT + (c->policy & 3));
 	return r;
+}
+
+/* fd_match evaluates one frame against half (0 or 1) of the rule set. */
+static __always_inline struct fd_result fd_match(const struct fd_main *m, __u32 half,
+						 struct xdp_md *ctx)
+{
+	struct fd_env env = { .m = m, .c = &m->ctl.conf[half & 1], .half = half };
+
+	return fd_parse_then(ctx, fd_decide, &env);
 }
 
 static __always_inline __u32 fd_val_action(__u32 val)
