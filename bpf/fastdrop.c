@@ -23,6 +23,10 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 	struct fd_main *m;
 	struct fd_result r;
 
+	/* One register for the length until the count, not data and
+	 * data_end (clang would otherwise subtract at the end). */
+	asm volatile("" : "+r"(bytes));
+
 	m = bpf_map_lookup_elem(&fd_main, &zero);
 	if (!m)
 		return XDP_ABORTED;
