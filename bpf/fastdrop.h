@@ -435,34 +435,22 @@ __noinline __u32 fd_trie6(const struct fd_cls_half *t, int dst, __u64 hi, __u64 
 	return e & 0x7fff;
 }
 
-/* Index of the lowest set bit of a non-zero x. */
+/* De Bruijn table of fd_ctz64: the position of the lowest set bit b by
+ * the top 6 bits of (1 << b) * 0x03f79d71b4ca8b09. */
+static const __u8 fd_ctz_tab[64] = {
+	0,  1,  56, 2,  57, 49, 28, 3,  61, 58, 42, 50, 38, 29, 17, 4,
+	62, 47, 59, 36, 45, 43, 51, 22, 53, 39, 33, 30, 24, 18, 12, 5,
+	63, 55, 48, 27, 60, 41, 37, 16, 46, 35, 44, 21, 52, 32, 23, 11,
+	54, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6,
+};
+
+/* Index of the lowest set bit of a non-zero x: a multiplication and a
+ * read. BPF has no count-trailing-zeros instruction, and clang made the
+ * binary search branchless, some 50 instructions (a frame that a rule
+ * matches, 64 rules + 10k prefixes: 2.95x -> 2.50x bare, A/B). */
 static __always_inline __u32 fd_ctz64(__u64 x)
 {
-	__u32 n = 0;
-
-	if (!(x & 0xffffffffULL)) {
-		n += 32;
-		x >>= 32;
-	}
-	if (!(x & 0xffff)) {
-		n += 16;
-		x >>= 16;
-	}
-	if (!(x & 0xff)) {
-		n += 8;
-		x >>= 8;
-	}
-	if (!(x & 0xf)) {
-		n += 4;
-		x >>= 4;
-	}
-	if (!(x & 0x3)) {
-		n += 2;
-		x >>= 2;
-	}
-	if (!(x & 0x1))
-		n += 1;
-	return n;
+	return fd_ctz_tab[((x & -x) * 0x03f79d71b4ca8b09ULL) >> 58];
 }
 
 /* acc &= bitmap of class cls of field fld; returns whether any bit is

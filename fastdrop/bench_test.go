@@ -299,6 +299,10 @@ func benchFrame4(src netip.Addr) []byte {
 	return frame64(frames.Spec{Src: src, Dst: netip.MustParseAddr("203.0.113.200"), Proto: frames.ProtoUDP, SrcPort: 40000, DstPort: 4444}.Build())
 }
 
+func benchUDP(src netip.Addr, dport uint16) []byte {
+	return frame64(frames.Spec{Src: src, Dst: netip.MustParseAddr("203.0.113.200"), Proto: frames.ProtoUDP, SrcPort: 40000, DstPort: dport}.Build())
+}
+
 func benchTCP443(src netip.Addr) []byte {
 	return frame64(frames.Spec{Src: src, Dst: netip.MustParseAddr("203.0.113.200"), Proto: frames.ProtoTCP, SrcPort: 40000, DstPort: 443}.Build())
 }
@@ -353,6 +357,9 @@ func BenchmarkFastdrop(b *testing.B) {
 		{"compound=64/typical", 64, nil, benchTCP443(hit10k)},
 		{"compound=256/typical", 256, nil, benchTCP443(hit10k)},
 		{"compound=64+prefixes=10k/typical", 64, v4s10k, benchTCP443(hit10k)},
+		// A frame of the attack the rules are for: UDP to port 1060, which
+		// rule 60 ("drop udp dport 1060") drops.
+		{"compound=64+prefixes=10k/match", 64, v4s10k, benchUDP(hit10k, 1060)},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {

@@ -1,7 +1,9 @@
 package fastdrop
 
 import (
+	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/xdpdrop/xdpdrop/internal/frames"
@@ -312,6 +314,30 @@ func TestKernelPolicies(t *testing.T) {
 	} {
 		t.Run(tc.rules, func(t *testing.T) {
 			checkCases(t, tc.rules, []matchCase{{"plain", udp.Bytes, tc.plain}, {"malformed", bad, tc.broken}})
+		})
+	}
+}
+
+// TestKernelEveryPosition: the first matching rule is found at every
+// position of the rule bitmaps (one word up to 64 rules, four above), with
+// a later rule matching too.
+func TestKernelEveryPosition(t *testing.T) {
+	for _, n := range []int{64, 256} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			var rules strings.Builder
+			act := func(i int) Action { return Action(1 + i%2) }
+			for i := range n - 1 {
+				fmt.Fprintf(&rules, "%s udp dport %d\n", act(i), 1000+i)
+			}
+			rules.WriteString("pass udp\n")
+			var cases []matchCase
+			for i := range n - 1 {
+				f := spec4("10.0.0.1", "10.0.0.2", frames.ProtoUDP, 7, uint16(1000+i)).Build()
+				cases = append(cases, matchCase{fmt.Sprintf("dport %d", 1000+i), f.Bytes, kCompound(act(i), i)})
+			}
+			f := spec4("10.0.0.1", "10.0.0.2", frames.ProtoUDP, 7, 999).Build()
+			cases = append(cases, matchCase{"only the last", f.Bytes, kCompound(ActionPass, n-1)})
+			checkCases(t, rules.String(), cases)
 		})
 	}
 }
