@@ -397,15 +397,23 @@ volatile const struct {
 
 /* ---- compound rules: bit-vector classifier ---- */
 
+/* fd_opaque hides what clang knows of x: a trie entry read as 16 bits
+ * whose top bit is tested would be sign-extended with two shifts and
+ * compared (three instructions), where one JSET does (measured A/B on the
+ * worst frame, 64 rules + 10k prefixes: 2.41x -> 2.33x bare). */
+#define fd_opaque(x) asm volatile("" : "+r"(x))
+
 /* Multibit trie over an IPv4 address (host order) in a half's class table:
  * 16 + 8 + 8 bits. Chunk indexes are masked to the pool's size, which Go
  * never exceeds, so the verifier sees every read inside the table. */
 static __always_inline __u16 fd_trie4(const struct fd_cls_half *t, __u32 tab, __u32 a)
 {
-	__u16 e = t->tab[tab + (a >> 16)];
+	__u32 e = t->tab[tab + (a >> 16)];
 
+	fd_opaque(e);
 	if (e & FD_TAB_EXT) {
-		e = t->tab[FD_TAB_POOL + ((__u32)(e & (FD_TAB_CHUNKS - 1)) << 8) + ((a >> 8) & 0xff)];
+		e = t->tab[FD_TAB_POOL + ((e & (FD_TAB_CHUNKS - 1)) << 8) + ((a >> 8) & 0xff)];
+		fd_opaque(e);
 		if (e & FD_TAB_EXT)
 			e = t->tab[FD_TAB_POOL + ((__u32)(e & (FD_TAB_CHUNKS - 1)) << 8) + (a & 0xff)];
 	}
@@ -567,8 +575,8 @@ static __always_inline __u32 fd_trie4w(const struct fd_cls_half *t, __u32 dst, _
 {
 	__u32 e = t->tab[FD_TAB_W4 + ((dst & 1) << 20) + (a >> 12)];
 
-	/* A compare, not a bit test: clang sign-extends for that. */
-	if (e >= FD_TAB_EXT)
+	fd_opaque(e);
+	if (e & FD_TAB_EXT)
 		e = t->tab[FD_TAB_W4POOL + ((e & (FD_TAB_W4CHUNKS - 1)) << 12) + (a & 0xfff)];
 	return e & (FD_BM_FIELD - 1);
 }
