@@ -19,7 +19,7 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
-	__u32 zero = 0, half, verdict, cpu_base;
+	__u32 zero = 0, half, verdict;
 	struct fd_main *m;
 	struct fd_result r;
 
@@ -37,8 +37,7 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 	verdict = fd_xdp_action(fd_val_action(r.val));
 
 	/* One counter per frame: its slot's action gives the verdict. */
-	cpu_base = bpf_get_smp_processor_id() * fd_counter_slots;
-	fd_count(cpu_base, fd_val_slot(r.val), bytes);
+	fd_count(fd_val_slot(r.val), bytes);
 
 	if (trace) {
 		struct fd_trace_rec *t;

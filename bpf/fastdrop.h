@@ -205,6 +205,9 @@ struct fd_conf {
 	struct fd_bm kind[FD_KINDS];
 	/* val of compound rule i. */
 	__u32 crule[FD_MAX_COMPOUND];
+	/* With at most 64 compound rules, the same by fd_ctz_hash of the
+	 * rule's bit: a match's val is one read after its bitmap. */
+	__u32 crule_h[64];
 };
 
 /* One half of the compound-rule tables. */
@@ -357,17 +360,19 @@ struct {
 
 volatile const __u32 fd_v6_cap = 1024;
 
-/* Counters: fd_counter_slots slots per possible CPU, CPU-major. Each CPU
- * only writes its own slots, and an XDP program is not preempted on its
- * CPU, so no atomics are needed; user space sums the CPUs. (A per-CPU
- * array would need one allocation per slot and a syscall to read; this is
- * read through one mmap.) */
+/* Counters: one value per possible CPU (the key), fd_counter_slots
+ * struct counter each (sizes set from Go at load). Each CPU only writes
+ * its own slots, and an XDP program is not preempted on its CPU, so no
+ * atomics are needed; user space sums the CPUs. (A per-CPU array would
+ * need one allocation per slot and a syscall to read; this is read
+ * through one mmap.) Keyed by CPU, not by CPU and slot, the row is found
+ * without waiting for the frame's verdict: only indexing it does. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, struct counter);
-	__uint(max_entries, 2 * 1024);
+	__uint(key_size, 4);
+	__uint(value_size, 1024 * 16);
+	__uint(max_entries, 2);
 } fd_counters SEC(".maps");
 
 /* Rules by counter slot, so a later process can list and change them. The
@@ -380,7 +385,7 @@ struct {
 	__uint(max_entries, 1024);
 } fd_rules SEC(".maps");
 
-/* Counter slots per CPU (fd_counters has possible CPUs times this many). */
+/* Counter slots per CPU (in each value of fd_counters). */
 volatile const __u32 fd_counter_slots = 1024;
 
 /* Never read: it makes the types user space needs (and nothing above
@@ -452,13 +457,20 @@ static const __u8 fd_ctz_tab[64] = {
 	54, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6,
 };
 
+/* A different number in 0-63 for each position of the lowest set bit of
+ * a non-zero x (fastdrop/compile.go's ctzHash computes the same). */
+static __always_inline __u32 fd_ctz_hash(__u64 x)
+{
+	return ((x & -x) * 0x03f79d71b4ca8b09ULL) >> 58;
+}
+
 /* Index of the lowest set bit of a non-zero x: a multiplication and a
  * read. BPF has no count-trailing-zeros instruction, and clang made the
  * binary search branchless, some 50 instructions (a frame that a rule
  * matches, 64 rules + 10k prefixes: 2.95x -> 2.50x bare, A/B). */
 static __always_inline __u32 fd_ctz64(__u64 x)
 {
-	return fd_ctz_tab[((x & -x) * 0x03f79d71b4ca8b09ULL) >> 58];
+	return fd_ctz_tab[fd_ctz_hash(x)];
 }
 
 /* acc &= bitmap of class cls of field fld; returns whether any bit is
@@ -594,7 +606,8 @@ static __always_inline __u32 fd_trie4w(const struct fd_cls_half *t, __u32 dst, _
  * prefixes, the worst frame: front tables 3.1-3.3x -> 2.85-2.9x bare, the
  * two-level IPv4 tries 2.78-2.84x -> 2.62-2.70x; TCP to port 443 2.5x ->
  * 2.05-2.2x. fd_parse_then inlines it once per kind of frame, so the tests
- * of p's kind cost nothing. */
+ * of p's kind cost nothing. It returns fd_ctz_hash of the first matching
+ * rule's bit (fd_conf.crule_h holds the rules' vals by it), or -1. */
 static __always_inline int fd_compound64(const struct fd_conf *c, const struct fd_cls_half *t,
 					 const struct fd_pkt *p)
 {
@@ -613,7 +626,7 @@ static __always_inline int fd_compound64(const struct fd_conf *c, const struct f
 		acc = c->kind[0].w[0];
 		if (fields & (1 << FD_FLD_ETHER))
 			acc &= t->b64[FD_B64_ETHER + p->ethertype];
-		return acc ? fd_ctz64(acc) : -1;
+		return acc ? fd_ctz_hash(acc) : -1;
 	}
 	if (!acc)
 		return -1;
@@ -627,7 +640,7 @@ static __always_inline int fd_compound64(const struct fd_conf *c, const struct f
 		if (!acc)
 			return -1;
 		acc &= t->b64[FD_B64_DST4 + fd_trie4w(t, 1, p->dst4)];
-		return acc ? fd_ctz64(acc) : -1;
+		return acc ? fd_ctz_hash(acc) : -1;
 	}
 	if (p->has_ports && (fields & (1 << FD_FLD_SPORT))) {
 		acc &= t->b64[FD_B64_SPORT + p->sport];
@@ -659,7 +672,7 @@ static __always_inline int fd_compound64(const struct fd_conf *c, const struct f
 				return -1;
 		}
 	}
-	return fd_ctz64(acc);
+	return fd_ctz_hash(acc);
 }
 
 /* ---- prefix rules ---- */
@@ -931,15 +944,22 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 	if (c->ncompound) {
 		const struct fd_cls_half *t = &m->cls[half & 1];
 
-		if (c->ncompound <= 64)
+		if (c->ncompound <= 64) {
 			i = fd_compound64(c, t, p);
-		else
+			if (i >= 0) {
+				r.class = FD_CLASS_COMPOUND;
+				r.index = fd_ctz_tab[i & 63]; /* for the trace only */
+				r.val = c->crule_h[i & 63];
+				return r;
+			}
+		} else {
 			i = fd_compound(c, t, p);
-		if (i >= 0) {
-			r.class = FD_CLASS_COMPOUND;
-			r.index = i & (FD_MAX_COMPOUND - 1);
-			r.val = c->crule[r.index];
-			return r;
+			if (i >= 0) {
+				r.class = FD_CLASS_COMPOUND;
+				r.index = i & (FD_MAX_COMPOUND - 1);
+				r.val = c->crule[r.index];
+				return r;
+			}
 		}
 	}
 
@@ -976,14 +996,15 @@ static __always_inline __u32 fd_val_slot(__u32 val)
 	return val & FD_VAL_SLOT_MASK;
 }
 
-/* fd_count adds the frame to counter slot of this CPU. */
-static __always_inline void fd_count(__u32 cpu_base, __u32 slot, __u64 bytes)
+/* fd_count adds the frame to counter slot of this CPU. The verifier
+ * knows fd_counter_slots (read-only data) and so the row's bounds. */
+static __always_inline void fd_count(__u32 slot, __u64 bytes)
 {
-	__u32 k = cpu_base + slot;
-	struct counter *c = bpf_map_lookup_elem(&fd_counters, &k);
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct counter *row = bpf_map_lookup_elem(&fd_counters, &cpu);
 
-	if (c)
-		count(c, bytes);
+	if (row && slot < fd_counter_slots)
+		count(&row[slot], bytes);
 }
 
 #endif /* XDPDROP_FASTDROP_H */

@@ -350,6 +350,10 @@ type bitmap [4]uint64
 
 func (b *bitmap) set(i int) { b[i/64] |= 1 << (i % 64) }
 
+// ctzHash is fd_ctz_hash in bpf/fastdrop.h of a word whose lowest set bit
+// is bit i (0-63): the index of rule i's val in fd_conf.crule_h.
+func ctzHash(i int) int { return int((uint64(1) << i * 0x03f79d71b4ca8b09) >> 58) }
+
 // classifier is the compiled form of the compound rules: what goes into a
 // half's struct fd_cls_half, and its fd_conf fields.
 type classifier struct {

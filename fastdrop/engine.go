@@ -234,7 +234,8 @@ func New(opts Options) (*Engine, error) {
 	if err := spec.Variables[gen.FastdropVarFdV6Cap].Set(uint32(opts.IPv6Entries)); err != nil {
 		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdV6Cap, err)
 	}
-	spec.Maps[gen.FastdropMapFdCounters].MaxEntries = uint32(ncpu * nslots)
+	spec.Maps[gen.FastdropMapFdCounters].MaxEntries = uint32(ncpu)
+	spec.Maps[gen.FastdropMapFdCounters].ValueSize = uint32(nslots * counterSize)
 	spec.Maps[gen.FastdropMapFdRules].MaxEntries = uint32(nslots)
 	if err := spec.Variables[gen.FastdropVarFdCounterSlots].Set(uint32(nslots)); err != nil {
 		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdCounterSlots, err)
@@ -349,7 +350,7 @@ func RuleCount(pinDir string) (int, error) {
 // setup derives the sizes from the maps and maps their memory.
 func (e *Engine) setup() error {
 	e.nslots = int(e.maps[gen.FastdropMapFdRules].MaxEntries())
-	e.ncpu = int(e.maps[gen.FastdropMapFdCounters].MaxEntries()) / e.nslots
+	e.ncpu = int(e.maps[gen.FastdropMapFdCounters].MaxEntries())
 	e.groups = int(e.maps[gen.FastdropMapFdV4Tbl8].MaxEntries()) // the shared pool
 	e.sparse = int(e.maps[gen.FastdropMapFdV4Sparse].MaxEntries())
 	e.v6cap = int(e.maps[gen.FastdropMapFdV6Tab].ValueSize()) / v6EntSize
@@ -1469,6 +1470,11 @@ func (e *Engine) confFor(h uint32) gen.FastdropFdConf {
 		c.Kind[k] = gen.FastdropFdBm{W: e.cls.kind[k]}
 	}
 	copy(c.Crule[:], e.cls.vals)
+	if len(e.cls.vals) <= 64 {
+		for i, v := range e.cls.vals {
+			c.CruleH[ctzHash(i)] = v
+		}
+	}
 	c.Ncompound = uint32(len(e.cls.vals))
 	return c
 }

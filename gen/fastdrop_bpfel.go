@@ -58,6 +58,7 @@ type FastdropFdConf struct {
 	V6Tree    [256]uint8
 	Kind      [12]FastdropFdBm
 	Crule     [256]uint32
+	CruleH    [64]uint32
 }
 
 type FastdropFdControl struct {
