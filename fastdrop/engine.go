@@ -351,6 +351,13 @@ func RuleCount(pinDir string) (int, error) {
 func (e *Engine) setup() error {
 	e.nslots = int(e.maps[gen.FastdropMapFdRules].MaxEntries())
 	e.ncpu = int(e.maps[gen.FastdropMapFdCounters].MaxEntries())
+	// Maps pinned by an xdpdrop from before the counters were keyed by
+	// CPU (and fd_conf grew crule_h) have one slot per value.
+	if got, want := int(e.maps[gen.FastdropMapFdCounters].ValueSize()), e.nslots*counterSize; got != want {
+		return fmt.Errorf("fastdrop: map %s holds %d-byte values, this version writes %d: "+
+			"the maps were pinned by another version of xdpdrop; detach and attach the rules again",
+			gen.FastdropMapFdCounters, got, want)
+	}
 	e.groups = int(e.maps[gen.FastdropMapFdV4Tbl8].MaxEntries()) // the shared pool
 	e.sparse = int(e.maps[gen.FastdropMapFdV4Sparse].MaxEntries())
 	e.v6cap = int(e.maps[gen.FastdropMapFdV6Tab].ValueSize()) / v6EntSize

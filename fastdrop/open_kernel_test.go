@@ -1,9 +1,15 @@
 package fastdrop
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/xdpdrop/xdpdrop/gen"
 	"github.com/xdpdrop/xdpdrop/internal/frames"
 )
 
@@ -89,5 +95,39 @@ func TestOpenReordered(t *testing.T) {
 		if w := m.Eval(f); res.Result != w {
 			t.Errorf("frame %x: kernel %v, model %v", f, res, w)
 		}
+	}
+}
+
+// TestOpenOtherVersion: maps pinned by an xdpdrop whose counters have
+// another layout are refused with an error that says what to do.
+func TestOpenOtherVersion(t *testing.T) {
+	e := newTestEngine(t, testOptions)
+	dir := pinEngine(t, e)
+	// The layout before session 4: one counter slot per value.
+	old, err := ebpf.NewMap(&ebpf.MapSpec{
+		Type:       ebpf.Array,
+		Flags:      unix.BPF_F_MMAPABLE,
+		KeySize:    4,
+		ValueSize:  counterSize,
+		MaxEntries: uint32(e.ncpu * e.nslots),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	path := filepath.Join(dir, gen.FastdropMapFdCounters)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Pin(path); err != nil {
+		t.Fatal(err)
+	}
+	o, err := Open(dir)
+	if err == nil {
+		o.Close()
+		t.Fatal("Open of maps with the old counter layout: no error")
+	}
+	if !strings.Contains(err.Error(), "another version of xdpdrop; detach and attach the rules again") {
+		t.Errorf("Open: %v, want it to say what to do", err)
 	}
 }
