@@ -295,9 +295,7 @@ func benchFrame(src netip.Addr) []byte {
 	return benchFrame6(src)
 }
 
-func benchFrame4(src netip.Addr) []byte {
-	return frame64(frames.Spec{Src: src, Dst: netip.MustParseAddr("203.0.113.200"), Proto: frames.ProtoUDP, SrcPort: 40000, DstPort: 4444}.Build())
-}
+func benchFrame4(src netip.Addr) []byte { return benchUDP(src, 4444) }
 
 func benchUDP(src netip.Addr, dport uint16) []byte {
 	return frame64(frames.Spec{Src: src, Dst: netip.MustParseAddr("203.0.113.200"), Proto: frames.ProtoUDP, SrcPort: 40000, DstPort: dport}.Build())

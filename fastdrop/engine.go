@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -224,9 +225,11 @@ func New(opts Options) (*Engine, error) {
 	}
 	// Room for two whole rule sets: a change gives slots to the rules it
 	// adds while those it removes still have theirs.
+	// A slot number must fit a val, and a CPU's counters one map value
+	// (at most 2 GiB).
 	nslots := 2*opts.MaxRules + int(firstRule)
-	if uint64(nslots) > uint64(valSlotMask) {
-		return nil, fmt.Errorf("fastdrop: MaxRules %d: at most %d", opts.MaxRules, valSlotMask-firstRule)
+	if maxSlots := min(int(valSlotMask), math.MaxInt32/counterSize); nslots > maxSlots {
+		return nil, fmt.Errorf("fastdrop: MaxRules %d: at most %d", opts.MaxRules, (maxSlots-int(firstRule))/2)
 	}
 	spec.Maps[gen.FastdropMapFdV4Tbl8].MaxEntries = uint32(2 * opts.IPv4Blocks)
 	spec.Maps[gen.FastdropMapFdV4Sparse].MaxEntries = uint32(2 * opts.IPv4HostBlocks)

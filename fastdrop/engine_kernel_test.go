@@ -356,6 +356,15 @@ func TestAddDeleteReplace(t *testing.T) {
 	expect("after errors", gre, kPrefix(ActionDrop, 0))
 }
 
+// TestMaxRulesLimit: a MaxRules whose counters would not fit is refused
+// before anything is created, and the error names the largest that fits.
+func TestMaxRulesLimit(t *testing.T) {
+	_, err := New(Options{MaxRules: 1 << 26})
+	if err == nil || !strings.Contains(err.Error(), "MaxRules 67108864: at most 67108855") {
+		t.Fatalf("New with MaxRules 1<<26: %v, want the limit", err)
+	}
+}
+
 func TestCapacityErrors(t *testing.T) {
 	e := newTestEngine(t, Options{MaxRules: 100, IPv4Blocks: 4, IPv4HostBlocks: 4, IPv6Entries: 1024})
 	many := func(n int, f func(i int) string) *RuleSet {
