@@ -31,9 +31,9 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 	if (!m)
 		return XDP_ABORTED;
 	/* Read once: every table below comes from this half. */
-	half = *(volatile __u32 *)&m->ctl.state.active & 1;
+	half = *(volatile __u32 *)&m->state.active & 1;
 
-	r = fd_match(m, half, ctx);
+	r = fd_match(&m->half[half], ctx);
 	verdict = fd_xdp_action(fd_val_action(r.val));
 
 	/* One counter per frame: its slot's action gives the verdict. */

@@ -139,10 +139,13 @@ enum fd_layout {
 	FD_V4_SPARSE_MAX = 11, /* host routes in a sparse group */
 	FD_V6_ENT_SIZE = 32,
 
-	/* Byte offsets in struct fd_main (the value of fd_main). */
-	FD_MAIN_CTL = 0,
-	FD_MAIN_CLS = 4096,
-	FD_MAIN_TBL24 = FD_MAIN_CLS + 2 * FD_CLS_SIZE,
+	/* Byte offsets in struct fd_main (the value of fd_main): the state,
+	 * then the halves, each its fd_conf, its compound tables and its
+	 * tbl24 (struct fd_half, FD_HALF_SIZE bytes). */
+	FD_MAIN_HALF = 4096,
+	FD_HALF_CLS = 4096,
+	FD_HALF_TBL24 = FD_HALF_CLS + FD_CLS_SIZE,
+	FD_HALF_SIZE = FD_HALF_TBL24 + FD_V4_TBL24 * 4,
 
 	/* fd_v6_tab entry flags. */
 	FD_V6_USED = 1,
@@ -298,28 +301,33 @@ struct fd_result {
 
 /* ---- maps ---- */
 
-/* The state and both halves' configurations. */
-struct fd_control {
-	struct fd_state state;
-	struct fd_conf conf[2];
-};
-
-/* Everything of a fixed size that packets read, in one map value, so a
- * packet pays one map lookup and then only indexes: the control block,
- * then per half the compound-rule tables and the DIR-24-8 tbl24 (as
+/* One half of the rule set: everything of a fixed size that packets read
+ * besides the state, at constant offsets from one pointer: the
+ * configuration, the compound-rule tables and the DIR-24-8 tbl24 (as
  * DPDK's rte_lpm: the top 24 bits of an address index tbl24; an entry is
  * a val, or with bit 31 a tbl8 group of 256 entries for the last 8 bits).
- * The verifier bounds every index by the value size. User space writes
- * it through mmap: the inactive half, then state.active. */
-struct fd_main {
-	struct fd_control ctl;
-	__u8 pad[FD_MAIN_CLS - sizeof(struct fd_control)];
-	struct fd_cls_half cls[2];
-	__u32 tbl24[2][FD_V4_TBL24];
+ * A packet keeps one register for its half instead of the value, the half
+ * number and the configuration. */
+struct fd_half {
+	struct fd_conf conf;
+	__u8 pad[FD_HALF_CLS - sizeof(struct fd_conf)];
+	struct fd_cls_half cls;
+	__u32 tbl24[FD_V4_TBL24];
 };
 
-_Static_assert(__builtin_offsetof(struct fd_main, cls) == FD_MAIN_CLS, "fd_main layout");
-_Static_assert(__builtin_offsetof(struct fd_main, tbl24) == FD_MAIN_TBL24, "fd_main layout");
+/* The value of fd_main: a packet pays one map lookup and then only
+ * indexes; the verifier bounds every index by the value size. User space
+ * writes it through mmap: the inactive half, then state.active. */
+struct fd_main {
+	struct fd_state state;
+	__u8 pad[FD_MAIN_HALF - sizeof(struct fd_state)];
+	struct fd_half half[2];
+};
+
+_Static_assert(__builtin_offsetof(struct fd_main, half) == FD_MAIN_HALF, "fd_main layout");
+_Static_assert(__builtin_offsetof(struct fd_half, cls) == FD_HALF_CLS, "fd_half layout");
+_Static_assert(__builtin_offsetof(struct fd_half, tbl24) == FD_HALF_TBL24, "fd_half layout");
+_Static_assert(sizeof(struct fd_half) == FD_HALF_SIZE, "fd_half layout");
 
 /* No BTF type for the value: bpf2go would make a 157 MiB Go type of it. */
 struct {
@@ -397,7 +405,8 @@ volatile const struct {
 	enum fd_rec_flags rec_flags;
 	struct fd_trace_rec trace;
 	struct fd_v6_ent v6;
-	struct fd_control ctl;
+	struct fd_state state;
+	struct fd_conf conf;
 } fd_btf_anchor = {};
 
 /* ---- compound rules: bit-vector classifier ---- */
@@ -679,14 +688,14 @@ static __always_inline int fd_compound64(const struct fd_conf *c, const struct f
 
 /* DIR-24-8 lookup of a host-order IPv4 address: one read, two when the
  * /24 holds longer prefixes. */
-static __always_inline __u32 fd_v4_lookup(const struct fd_main *m, __u32 half, __u32 a)
+static __always_inline __u32 fd_v4_lookup(const struct fd_half *h, __u32 a)
 {
 	const struct fd_v4_sparse *s;
 	const __u32 *g;
 	__u32 e, k, b;
 	int i;
 
-	e = m->tbl24[half & 1][a >> 8];
+	e = h->tbl24[a >> 8];
 	if (!(e & FD_V4_EXT))
 		return e;
 	k = e & FD_V4_ID;
@@ -826,9 +835,7 @@ static __always_inline int fd_ports(struct fd_pkt *p, void *pos, void *data_end)
 
 /* What fd_decide needs besides the frame. */
 struct fd_env {
-	const struct fd_main *m;
-	const struct fd_conf *c;
-	__u32 half;
+	const struct fd_half *h;
 };
 
 /* A frame's verdict from its parsed fields, or, with p NULL, a malformed
@@ -928,9 +935,8 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, fd_dec
 static __always_inline struct fd_result fd_decide(const void *arg, const struct fd_pkt *p)
 {
 	const struct fd_env *env = arg;
-	const struct fd_main *m = env->m;
-	const struct fd_conf *c = env->c;
-	__u32 half = env->half;
+	const struct fd_half *h = env->h;
+	const struct fd_conf *c = &h->conf;
 	struct fd_result r = {};
 	int i;
 
@@ -942,7 +948,7 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 	}
 
 	if (c->ncompound) {
-		const struct fd_cls_half *t = &m->cls[half & 1];
+		const struct fd_cls_half *t = &h->cls;
 
 		if (c->ncompound <= 64) {
 			i = fd_compound64(c, t, p);
@@ -964,7 +970,7 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 	}
 
 	if (p->family == 4 && c->v4_count)
-		r.val = fd_v4_lookup(m, half, p->src4);
+		r.val = fd_v4_lookup(h, p->src4);
 	else if (p->family == 6 && c->v6_count)
 		r.val = fd_v6_lookup(c, p->src6[0], p->src6[1]);
 	if (r.val) {
@@ -977,11 +983,10 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 	return r;
 }
 
-/* fd_match evaluates one frame against half (0 or 1) of the rule set. */
-static __always_inline struct fd_result fd_match(const struct fd_main *m, __u32 half,
-						 struct xdp_md *ctx)
+/* fd_match evaluates one frame against one half of the rule set. */
+static __always_inline struct fd_result fd_match(const struct fd_half *h, struct xdp_md *ctx)
 {
-	struct fd_env env = { .m = m, .c = &m->ctl.conf[half & 1], .half = half };
+	struct fd_env env = { .h = h };
 
 	return fd_parse_then(ctx, fd_decide, &env);
 }

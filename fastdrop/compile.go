@@ -37,14 +37,15 @@ const (
 	counterSize  = 16
 	tbl24Entries = 1 << 24 // FD_V4_TBL24, untyped (checked below)
 	// Byte offsets in struct fd_cls_half, and its size.
-	clsTab  = int64(gen.FastdropFdLayoutFD_CLS_TAB)
-	clsBm   = int64(gen.FastdropFdLayoutFD_CLS_BM)
-	clsB64  = int64(gen.FastdropFdLayoutFD_CLS_B64)
-	clsSize = int64(gen.FastdropFdLayoutFD_CLS_SIZE)
+	clsTab = int64(gen.FastdropFdLayoutFD_CLS_TAB)
+	clsBm  = int64(gen.FastdropFdLayoutFD_CLS_BM)
+	clsB64 = int64(gen.FastdropFdLayoutFD_CLS_B64)
 	// Byte offsets in struct fd_main.
-	mainCtl   = int64(gen.FastdropFdLayoutFD_MAIN_CTL)
-	mainCls   = int64(gen.FastdropFdLayoutFD_MAIN_CLS)
-	mainTbl24 = int64(gen.FastdropFdLayoutFD_MAIN_TBL24)
+	// fd_main: the state, then struct fd_half twice.
+	mainHalf  = int64(gen.FastdropFdLayoutFD_MAIN_HALF)
+	halfCls   = int64(gen.FastdropFdLayoutFD_HALF_CLS)
+	halfTbl24 = int64(gen.FastdropFdLayoutFD_HALF_TBL24)
+	halfSize  = int64(gen.FastdropFdLayoutFD_HALF_SIZE)
 )
 
 // tbl24Entries is FD_V4_TBL24, or this does not compile.

@@ -338,7 +338,7 @@ func RuleCount(pinDir string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("fastdrop: map %s into memory: %w", gen.FastdropMapFdMain, err)
 	}
-	ctl := memSection{mem, mainCtl}
+	ctl := memSection{mem, 0}
 	st, err := readState(ctl)
 	if err != nil {
 		return 0, err
@@ -381,9 +381,10 @@ func (e *Engine) setup() error {
 		}
 		*m.mem = mm
 	}
-	e.mem.ctl = memSection{e.mem.main, mainCtl}
-	e.mem.cls = memSection{e.mem.main, mainCls}
-	e.mem.tbl24 = memSection{e.mem.main, mainTbl24}
+	// Offsets in cls and tbl24 start with h*halfSize for half h.
+	e.mem.ctl = memSection{e.mem.main, 0}
+	e.mem.cls = memSection{e.mem.main, mainHalf + halfCls}
+	e.mem.tbl24 = memSection{e.mem.main, mainHalf + halfTbl24}
 	// Updating a map-in-map waits for an RCU grace period (the kernel's
 	// maybe_wait_bpf_programs), that is until every program run that
 	// started before has ended. That is the wait between flipping the
@@ -778,11 +779,9 @@ type memSection struct {
 func (s memSection) ReadAt(p []byte, off int64) (int, error)  { return s.mem.ReadAt(p, s.off+off) }
 func (s memSection) WriteAt(p []byte, off int64) (int, error) { return s.mem.WriteAt(p, s.off+off) }
 
-// The control block is struct fd_control: the state, then the halves'
-// fd_conf.
-func ctlConfOffset(h uint32) int64 {
-	return int64(binary.Size(gen.FastdropFdState{})) + int64(h)*int64(binary.Size(gen.FastdropFdConf{}))
-}
+// The state is at the start of fd_main, and half h's fd_conf at the start
+// of its struct fd_half.
+func ctlConfOffset(h uint32) int64 { return mainHalf + int64(h)*halfSize }
 
 func (e *Engine) readState() (gen.FastdropFdState, error) { return readState(e.mem.ctl) }
 
@@ -1036,7 +1035,7 @@ func (e *Engine) compileAll() error {
 			v6 = append(v6, v6PrefixOf(r.Src, val))
 		}
 	}
-	half24 := io.NewSectionReader(e.mem.tbl24, int64(e.active)*tbl24Entries*4, tbl24Entries*4)
+	half24 := io.NewSectionReader(e.mem.tbl24, int64(e.active)*halfSize, tbl24Entries*4)
 	if err := e.v4.reload(half24, v4); err != nil {
 		return err
 	}
@@ -1384,7 +1383,7 @@ func (e *Engine) waitPrograms() error {
 
 // writeHalf copies what changed in the mirrors into half h.
 func (e *Engine) writeHalf(h uint32) error {
-	base24 := int64(h) * tbl24Entries * 4
+	base24 := int64(h) * halfSize
 	err := e.v4.forDirty(func(start, end int) error {
 		_, err := e.mem.tbl24.WriteAt(u32Bytes(e.v4.tbl24[start:end]), base24+int64(start)*4)
 		return err
@@ -1407,7 +1406,7 @@ func (e *Engine) writeHalf(h uint32) error {
 
 func (e *Engine) writeClassifier(h uint32) error {
 	c := e.cls
-	half := int64(h) * clsSize // struct fd_cls_half h in fd_main.cls
+	half := int64(h) * halfSize // half h's struct fd_cls_half
 	for fld := range numField {
 		if c.fields&(1<<fld) == 0 {
 			continue

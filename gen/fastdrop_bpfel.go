@@ -61,12 +61,6 @@ type FastdropFdConf struct {
 	CruleH    [64]uint32
 }
 
-type FastdropFdControl struct {
-	_     structs.HostLayout
-	State FastdropFdState
-	Conf  [2]FastdropFdConf
-}
-
 type FastdropFdField uint32
 
 const (
@@ -133,9 +127,10 @@ const (
 	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX   FastdropFdLayout = 11
 	FastdropFdLayoutFD_V6ENT_SIZE     FastdropFdLayout = 32
-	FastdropFdLayoutFD_MAIN_CTL       FastdropFdLayout = 0
-	FastdropFdLayoutFD_MAIN_CLS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_MAIN_TBL24     FastdropFdLayout = 29986816
+	FastdropFdLayoutFD_MAIN_HALF      FastdropFdLayout = 4096
+	FastdropFdLayoutFD_HALF_CLS       FastdropFdLayout = 4096
+	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 14995456
+	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82104320
 	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
