@@ -36,7 +36,7 @@ const (
 	v6EntSize    = 32
 	counterSize  = 16
 	tbl24Entries = 1 << 24 // FD_V4_TBL24, untyped (checked below)
-	// Byte offsets in struct fd_cls_half, and its size.
+	// Byte offsets in struct fd_cls_half.
 	clsTab = int64(gen.FastdropFdLayoutFD_CLS_TAB)
 	clsBm  = int64(gen.FastdropFdLayoutFD_CLS_BM)
 	clsB64 = int64(gen.FastdropFdLayoutFD_CLS_B64)
