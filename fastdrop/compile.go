@@ -40,8 +40,8 @@ const (
 	clsTab = int64(gen.FastdropFdLayoutFD_CLS_TAB)
 	clsBm  = int64(gen.FastdropFdLayoutFD_CLS_BM)
 	clsB64 = int64(gen.FastdropFdLayoutFD_CLS_B64)
-	// Byte offsets in struct fd_main.
-	// fd_main: the state, then struct fd_half twice.
+	// Byte offsets in struct fd_main (the state, then struct fd_half
+	// twice) and in struct fd_half, and its size.
 	mainHalf  = int64(gen.FastdropFdLayoutFD_MAIN_HALF)
 	halfCls   = int64(gen.FastdropFdLayoutFD_HALF_CLS)
 	halfTbl24 = int64(gen.FastdropFdLayoutFD_HALF_TBL24)

@@ -354,8 +354,9 @@ func RuleCount(pinDir string) (int, error) {
 func (e *Engine) setup() error {
 	e.nslots = int(e.maps[gen.FastdropMapFdRules].MaxEntries())
 	e.ncpu = int(e.maps[gen.FastdropMapFdCounters].MaxEntries())
-	// Maps pinned by an xdpdrop from before the counters were keyed by
-	// CPU (and fd_conf grew crule_h) have one slot per value.
+	// Maps pinned by an xdpdrop from before session 4's layout (counters
+	// keyed by CPU, fd_conf with crule_h, struct fd_half) have one
+	// counter slot per value: the one difference that can be read here.
 	if got, want := int(e.maps[gen.FastdropMapFdCounters].ValueSize()), e.nslots*counterSize; got != want {
 		return fmt.Errorf("fastdrop: map %s holds %d-byte values, this version writes %d: "+
 			"the maps were pinned by another version of xdpdrop; detach and attach the rules again",
