@@ -10,7 +10,7 @@ export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 BIN := bin/xdpdrop
 
-.PHONY: all build setup test test-short diff-sweep generate check-generate generate-docker vet fmt-check ci demo clean
+.PHONY: all build setup test test-short diff-sweep generate check-generate generate-docker vet staticcheck tidy-check fmt-check ci demo clean
 
 all: build
 
@@ -48,10 +48,24 @@ generate-docker:
 vet:
 	$(GO) vet ./...
 
+# staticcheck is pinned in go.mod's tool block, like bpf2go.
+staticcheck:
+	$(GO) tool staticcheck ./...
+
+# go.mod and go.sum must be what `go mod tidy` makes of them.
+tidy-check:
+	@cp go.mod go.mod.tidy-check; cp go.sum go.sum.tidy-check; \
+	$(GO) mod tidy; rc=0; \
+	if ! cmp -s go.mod go.mod.tidy-check || ! cmp -s go.sum go.sum.tidy-check; then \
+		echo "tidy-check: go mod tidy changes go.mod/go.sum; run it and commit the result:"; \
+		diff -u go.mod.tidy-check go.mod; rc=1; \
+	fi; \
+	mv go.mod.tidy-check go.mod; mv go.sum.tidy-check go.sum; exit $$rc
+
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt -l:"; echo "$$out"; exit 1; fi
 
-ci: setup check-generate vet fmt-check test
+ci: setup check-generate tidy-check vet staticcheck fmt-check test
 
 demo: setup build
 	$(BIN) demo

@@ -225,7 +225,7 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("src %s and dst %s are of different address families; a frame is either IPv4 or IPv6, so write two rules", r.Src, r.Dst)
 	}
 	if !r.HasProto && r.Proto != 0 {
-		return fmt.Errorf("Proto %d set without HasProto", r.Proto)
+		return fmt.Errorf("rule sets Proto %d without HasProto", r.Proto)
 	}
 	for _, pr := range []struct {
 		name string

@@ -39,10 +39,6 @@ func init() {
 	udp4[24], udp4[25] = byte(c>>8), byte(c)
 }
 
-type xdpMD struct {
-	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
-}
-
 func loadCount(t *testing.T, verdict gen.BasicVerdict) *gen.BasicObjects {
 	t.Helper()
 	testenv.RequireRoot(t)

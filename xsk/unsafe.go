@@ -53,9 +53,8 @@ func getMmapOffsets(fd int) (unix.XDPMmapOffsets, error) {
 		return off, errno
 	}
 	if l == sizeofMmapOffsetsV1 {
-		var v1 [4][3]uint64
 		// The kernel wrote the v1 layout into the start of off.
-		v1 = *(*[4][3]uint64)(unsafe.Pointer(&off))
+		v1 := *(*[4][3]uint64)(unsafe.Pointer(&off))
 		conv := func(r [3]uint64) unix.XDPRingOffset {
 			return unix.XDPRingOffset{Producer: r[0], Consumer: r[1], Desc: r[2], Flags: r[1] + 4}
 		}
