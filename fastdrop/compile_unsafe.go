@@ -2,8 +2,11 @@ package fastdrop
 
 import (
 	"fmt"
+	"os"
+	"sync/atomic"
 	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -87,5 +90,42 @@ func (r *region) free() error {
 	}
 	err := unix.Munmap(r.b)
 	r.b = nil
+	return err
+}
+
+// activeWord is fd_state.active, the first word of fd_main's value, in a
+// mapping of its own. The flip to a new half must be a release store: the
+// program reads the half's tables after it reads active, so every byte of
+// the half written before the flip must be visible to a CPU that sees the
+// new active. ebpf.Memory only copies bytes (WriteAt), which promises no
+// ordering; sync/atomic's store does (it is sequentially consistent, which
+// includes release: a plain MOV on x86, STLR on arm64). The program's read
+// is the matching load (see fd_run in bpf/fastdrop.c).
+type activeWord struct{ b []byte }
+
+// mapActiveWord maps the first page of the fd_main map m (mmapable arrays
+// may be mapped in part, from offset 0).
+func mapActiveWord(m *ebpf.Map) (*activeWord, error) {
+	b, err := unix.Mmap(m.FD(), 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map the state of %s: %w", m, err)
+	}
+	return &activeWord{b: b}, nil
+}
+
+func (w *activeWord) ptr() *uint32 { return (*uint32)(unsafe.Pointer(&w.b[0])) }
+
+// store publishes the active half: everything written before it is visible
+// to a reader that loads the new value.
+func (w *activeWord) store(v uint32) { atomic.StoreUint32(w.ptr(), v) }
+
+func (w *activeWord) load() uint32 { return atomic.LoadUint32(w.ptr()) }
+
+func (w *activeWord) close() error {
+	if w == nil || w.b == nil {
+		return nil
+	}
+	err := unix.Munmap(w.b)
+	w.b = nil
 	return err
 }

@@ -160,7 +160,8 @@ type Engine struct {
 	maps map[string]*ebpf.Map
 	mem  struct {
 		main                              *ebpf.Memory
-		ctl, cls, tbl24                   memSection // parts of main
+		ctl, cls, tbl24                   memSection  // parts of main
+		active                            *activeWord // state.active in main, stored atomically
 		tbl8, sparse, v6, counters, rules *ebpf.Memory
 	}
 	syncOuter, syncInner *ebpf.Map
@@ -382,6 +383,10 @@ func (e *Engine) setup() error {
 		}
 		*m.mem = mm
 	}
+	var err error
+	if e.mem.active, err = mapActiveWord(e.maps[gen.FastdropMapFdMain]); err != nil {
+		return fmt.Errorf("fastdrop: %w", err)
+	}
 	// Offsets in cls and tbl24 start with h*halfSize for half h.
 	e.mem.ctl = memSection{e.mem.main, 0}
 	e.mem.cls = memSection{e.mem.main, mainHalf + halfCls}
@@ -391,7 +396,6 @@ func (e *Engine) setup() error {
 	// started before has ended. That is the wait between flipping the
 	// active half and writing the old one.
 	inner := &ebpf.MapSpec{Name: "fd_sync_inner", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}
-	var err error
 	if e.syncInner, err = ebpf.NewMap(inner); err != nil {
 		return fmt.Errorf("fastdrop: create map: %w", err)
 	}
@@ -479,6 +483,7 @@ func (e *Engine) Close() error {
 	if e.lockDir != nil {
 		errs = append(errs, e.lockDir.Close())
 	}
+	errs = append(errs, e.mem.active.close())
 	errs = append(errs, e.closeTables())
 	return errors.Join(errs...)
 }
@@ -784,7 +789,11 @@ func (s memSection) WriteAt(p []byte, off int64) (int, error) { return s.mem.Wri
 // of its struct fd_half.
 func ctlConfOffset(h uint32) int64 { return mainHalf + int64(h)*halfSize }
 
-func (e *Engine) readState() (gen.FastdropFdState, error) { return readState(e.mem.ctl) }
+func (e *Engine) readState() (gen.FastdropFdState, error) {
+	st, err := readState(e.mem.ctl)
+	st.Active = e.mem.active.load() // the matching load of writeState's store
+	return st, err
+}
 
 func readState(ctl io.ReaderAt) (gen.FastdropFdState, error) {
 	var st gen.FastdropFdState
@@ -799,18 +808,17 @@ func readState(ctl io.ReaderAt) (gen.FastdropFdState, error) {
 }
 
 // writeState writes the state, Active last: it is all that packets read,
-// and this way it is one aligned 4-byte store.
+// and it is published with a release store (activeWord), after the half's
+// tables and the rest of the state.
 func (e *Engine) writeState(st gen.FastdropFdState) error {
 	b, err := binary.Append(nil, binary.NativeEndian, &st)
 	if err == nil {
 		_, err = e.mem.ctl.WriteAt(b[4:], 4)
 	}
-	if err == nil {
-		_, err = e.mem.ctl.WriteAt(b[:4], 0)
-	}
 	if err != nil {
 		return fmt.Errorf("fastdrop: write state: %w", err)
 	}
+	e.mem.active.store(st.Active)
 	return nil
 }
 
