@@ -162,7 +162,7 @@ func TestAlreadyAttached(t *testing.T) {
 		require.NoError(t, err)
 		_, err = loader.Attach(objs.XdpCount, loader.Options{Interface: v.Name, Pin: pin, PinRoot: root})
 		require.ErrorIs(t, err, loader.ErrAlreadyAttached)
-		require.Contains(t, err.Error(), "Replace")
+		require.Contains(t, err.Error(), "detach it first ('xdpdrop detach --iface "+v.Name+"')")
 		if pin {
 			require.Contains(t, err.Error(), "pinned at "+a.PinDir())
 		} else {

@@ -52,6 +52,11 @@ type Lock struct {
 // as Attach makes it (mounting bpffs if needed). On timeout the error wraps
 // ErrLocked and names the holder's pid and command line.
 //
+// Unlock removes the directory while it still holds the lock, and a
+// waiter that then gets the lock checks that the path still names the
+// directory it locked, and tries again if not. Another tool can take part
+// in the same way (flock the directory, then check the path).
+//
 // The lock is released when the process exits, however it exits. It is
 // not reentrant: a second LockInterface for the same interface in the same
 // process waits for the first to be released.

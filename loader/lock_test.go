@@ -138,7 +138,19 @@ func TestLockExcludes(t *testing.T) {
 	removed, err := loader.CleanStaleTimeout(root, 0)
 	require.NoError(t, err)
 	require.Empty(t, removed)
+
+	// Stale pins (a directory with no program) of a locked interface are
+	// left to the lock's holder; once it is free, CleanStale removes them.
+	require.NoError(t, os.Mkdir(filepath.Join(root, "xdlock1"), 0o700))
+	removed, err = loader.CleanStaleTimeout(root, 50*time.Millisecond)
+	require.ErrorIs(t, err, loader.ErrLocked)
+	require.Contains(t, err.Error(), "(this process)")
+	require.Empty(t, removed)
+	require.DirExists(t, filepath.Join(root, "xdlock1"))
 	require.NoError(t, a.Unlock())
+	removed, err = loader.CleanStale(root)
+	require.NoError(t, err)
+	require.Equal(t, []string{filepath.Join(root, "xdlock1")}, removed)
 	require.NoError(t, a.Unlock(), "idempotent")
 	require.NoError(t, b.Close())
 	ents, err := os.ReadDir(root)

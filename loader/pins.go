@@ -223,6 +223,9 @@ func (p *pinSet) liveness(name string, ifc *ifaceXDP) (state pinLiveness, why st
 			if ifc == nil {
 				return pinsStale, fmt.Sprintf("interface %s no longer exists (its link was detached)", name)
 			}
+			if p.info.Ifindex != 0 && p.info.Ifindex != ifc.Index {
+				return pinsStale, fmt.Sprintf("interface %s was deleted and created again (ifindex %d, pins are for %d): its link went with the old one", name, ifc.Index, p.info.Ifindex)
+			}
 			return pinsStale, "its link was detached (the interface went away, or it was detached with bpftool)"
 		}
 		if ifc == nil || int(x.Ifindex) != ifc.Index {

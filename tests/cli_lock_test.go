@@ -192,6 +192,7 @@ func TestCLILockTimeout(t *testing.T) {
 		{"rules", "add", "--iface", v.Name, "drop udp dport 53"},
 		{"drop", "--iface", v.Name, "--deny", "10.0.0.0/8"},
 		{"detach", "--iface", v.Name},
+		{"redirect", "--iface", v.Name, "--duration", "1s"},
 	} {
 		r := cli(t, append(args, "--lock-timeout", "200ms")...)
 		requireOneLineError(t, r, 1, "interface is locked by another command")
@@ -252,7 +253,7 @@ func TestCLIRecreatedInterface(t *testing.T) {
 	r = cli(t, "drop", "--iface", v.Name, "--deny", "10.0.0.0/8", "--json")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stderr, "removed stale pins "+res.PinDir)
-	require.Contains(t, r.stderr, "link was detached")
+	require.Contains(t, r.stderr, "was deleted and created again")
 	var res2 struct {
 		Replaced bool   `json:"replaced"`
 		PinDir   string `json:"pin_dir"`

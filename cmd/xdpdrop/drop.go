@@ -211,7 +211,7 @@ func (a *app) drop(f *dropFlags) error {
 			return rerr
 		}
 		if dir != "" {
-			fmt.Fprintf(a.stderr, "xdpdrop: removed stale pins %s (%s)\n", dir, why)
+			fmt.Fprintf(a.stderr, "xdpdrop: removed stale pins %s: %s\n", dir, why)
 		}
 		att, eng, err = openDrop(f.iface)
 	}
