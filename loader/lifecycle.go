@@ -295,7 +295,7 @@ func Open(iface, root string) (_ *Attachment, err error) {
 	}
 	switch state, why := p.liveness(iface, ifc); state {
 	case pinsStale:
-		return nil, fmt.Errorf("%s: %w at %s: %s (remove them with 'xdpdrop status --clean')", ctx, ErrStale, dir, why)
+		return nil, fmt.Errorf("%s: %w at %s: %s (remove them with %s)", ctx, ErrStale, dir, why, cleanHint(dir))
 	case pinsElsewhere:
 		return nil, fmt.Errorf("%s: %w at %s: %s", ctx, ErrStale, dir, why)
 	}

@@ -167,13 +167,13 @@ func loadPins(dir string) (_ *pinSet, err error) {
 	}()
 	if p.prog, err = ebpf.LoadPinnedProgram(filepath.Join(dir, pinProg), nil); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s has no pinned program (remove it with 'xdpdrop status --clean')", ErrStale, dir)
+			return nil, fmt.Errorf("%w: %s has no pinned program (remove it with %s)", ErrStale, dir, cleanHint(dir))
 		}
 		return nil, wrapErr("open pinned program", err)
 	}
 	if p.meta, err = ebpf.LoadPinnedMap(filepath.Join(dir, pinMeta), nil); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s has no pinned metadata (remove it with 'xdpdrop status --clean')", ErrStale, dir)
+			return nil, fmt.Errorf("%w: %s has no pinned metadata (remove it with %s)", ErrStale, dir, cleanHint(dir))
 		}
 		return nil, wrapErr("open pinned metadata", err)
 	}
@@ -185,7 +185,7 @@ func loadPins(dir string) (_ *pinSet, err error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, wrapErr("open pinned link", err)
 	} else if p.info.Method == MethodLink {
-		return nil, fmt.Errorf("%w: %s has no pinned link (remove it with 'xdpdrop status --clean')", ErrStale, dir)
+		return nil, fmt.Errorf("%w: %s has no pinned link (remove it with %s)", ErrStale, dir, cleanHint(dir))
 	}
 	ents, err := os.ReadDir(filepath.Join(dir, pinMaps))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {

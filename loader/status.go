@@ -253,6 +253,15 @@ func CleanStaleTimeout(root string, lockTimeout time.Duration) ([]string, error)
 	return removed, nil
 }
 
+// cleanHint says how to remove the stale pin directory dir: the CLI's
+// status --clean where it looks (the default root), else by hand.
+func cleanHint(dir string) string {
+	if filepath.Dir(dir) == DefaultPinRoot {
+		return "'xdpdrop status --clean'"
+	}
+	return "'rm -r " + dir + "'"
+}
+
 // cleanOne removes dir, the pins of interface name under root, if they are
 // stale, and reports whether it did. The caller holds the interface's lock.
 func cleanOne(root, name, dir string) (bool, error) {
