@@ -178,7 +178,7 @@ func attach(prog *ebpf.Program, opts Options, features func(ifindex int) (Featur
 			state, why := old.liveness(name, &ifc)
 			old.close()
 			if other {
-				return nil, fmt.Errorf("%s: pins at %s belong to an interface %s of another network namespace: use another PinRoot", ctx, dir, name)
+				return nil, fmt.Errorf("%s: pins at %s belong to an interface %s of another network namespace: detach it from within that namespace first ('xdpdrop detach --iface %s' run there)", ctx, dir, name, name)
 			}
 			if state == pinsElsewhere {
 				return nil, fmt.Errorf("%s: pins at %s are in use: %s", ctx, dir, why)
@@ -250,7 +250,7 @@ func attach(prog *ebpf.Program, opts Options, features func(ifindex int) (Featur
 
 	if len(occ) > 0 {
 		if ev, err = evict(name, index, occ); err != nil {
-			return nil, fmt.Errorf("%s: remove what runs there (Force): %w", ctx, err)
+			return nil, fmt.Errorf("%s: remove what runs there: %w", ctx, err)
 		}
 	}
 
@@ -372,7 +372,7 @@ func attachErr(mode Mode, err error) error {
 	case errors.Is(err, unix.EOPNOTSUPP):
 		return fmt.Errorf("%w: %s mode: %w (the device or driver cannot run XDP this way: try generic mode)", ErrModeUnsupported, mode, err)
 	case errors.Is(err, unix.EBUSY), errors.Is(err, unix.EEXIST):
-		return fmt.Errorf("%w: %s mode: %w (another XDP program was attached meanwhile: look with Status, xdpdrop status)", ErrForeign, mode, err)
+		return fmt.Errorf("%w: %s mode: %w (another XDP program was attached meanwhile: see what runs there with 'xdpdrop status')", ErrForeign, mode, err)
 	}
 	return wrapErr(fmt.Sprintf("%s mode", mode), err)
 }

@@ -25,7 +25,7 @@
 // ours) is "ours", pinned or not; anything else on an interface is
 // foreign, and Attach, Replace, Detach and DetachInterface refuse to touch
 // it unless Force is set. The error (ErrForeign) says what is there and
-// how to override. (A name or tag match would not do: `ip link` loading
+// how to remove it. (A name or tag match would not do: `ip link` loading
 // the same object gives a program with our name and tag.)
 //
 // # Pins
@@ -42,6 +42,18 @@
 // Pins whose link still runs on an interface that was since renamed are
 // not stale: removing them would detach it.
 //
+// # Locking
+//
+// LockInterface takes a per-interface lock (a flock on a directory in the
+// pin root) that serializes processes changing the same interface: hold
+// it from Open (or the first look at what runs there) to the last write,
+// e.g. around Open, a rule change and a ReplaceWithMaps. The functions here
+// do not take it themselves, so that a caller can hold it across several
+// of them; CleanStale, which works on every interface, takes each one's
+// lock. RemoveStalePins removes the pins of one interface when removing
+// them cannot detach anything (its link was detached with a deleted
+// interface), for a caller that wants to attach anew.
+//
 // # Lifetime
 //
 // Close releases an Attachment's file descriptors. A pinned attachment
@@ -53,9 +65,11 @@
 //
 // Errors wrap sentinels for what callers branch on (ErrNoInterface,
 // ErrNotPermitted, ErrModeUnsupported, ErrVerifier, ErrNoBPFFS, ErrForeign,
-// ErrAlreadyAttached, ErrNotPinned, ErrStale, ErrNotAttached) and say what to
-// do. After any error Attach leaves nothing attached or pinned that was not
-// there before.
+// ErrAlreadyAttached, ErrNotPinned, ErrStale, ErrNotAttached, ErrLocked) and
+// say what to do, naming the xdpdrop, bpftool or ip commands that do it
+// (never Go identifiers: the CLI prints these errors as they are). After
+// any error Attach leaves nothing attached or pinned that was not there
+// before.
 //
 // Functions act in the network namespace of the calling thread; lock the
 // goroutine to its thread (runtime.LockOSThread) when working in another

@@ -130,7 +130,7 @@ func TestBadArguments(t *testing.T) {
 	require.Error(t, err)
 	_, err = loader.Attach(objs.XdpPass, loader.Options{Interface: v.Name, Config: map[string]string{"big": strings.Repeat("x", 70<<10)}})
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "Config")
+	require.Contains(t, err.Error(), "smaller configuration")
 	requireClean(t, v.Name, "")
 	require.False(t, errors.Is(err, loader.ErrForeign))
 }

@@ -90,15 +90,16 @@ func TestForeignRefused(t *testing.T) {
 				require.Contains(t, msg, p.Name)
 				require.Contains(t, msg, p.Tag)
 				require.Contains(t, msg, tc.mode.String()+" mode")
+				require.Contains(t, msg, "remove it with `")
 				require.Contains(t, msg, tc.remove)
-				require.Contains(t, msg, "Force")
+				require.NotContains(t, msg, "Force", "no Go identifiers in what the CLI prints")
 				require.Equal(t, p, requireForeign(t, v.Name), "untouched")
 			}
 			_, err := loader.Open(v.Name, root)
 			require.ErrorIs(t, err, loader.ErrNotPinned)
 			err = loader.DetachInterface(v.Name, loader.DetachOptions{PinRoot: root})
 			require.ErrorIs(t, err, loader.ErrForeign)
-			require.Contains(t, err.Error(), "Force")
+			require.Contains(t, err.Error(), "'xdpdrop detach --iface "+v.Name+" --force'")
 			require.Equal(t, p, requireForeign(t, v.Name), "untouched")
 
 			// With Force: replaced by ours, pinned; then detached.
@@ -161,7 +162,7 @@ func TestAlreadyAttached(t *testing.T) {
 		require.NoError(t, err)
 		_, err = loader.Attach(objs.XdpCount, loader.Options{Interface: v.Name, Pin: pin, PinRoot: root})
 		require.ErrorIs(t, err, loader.ErrAlreadyAttached)
-		require.Contains(t, err.Error(), "Replace")
+		require.Contains(t, err.Error(), "detach it first ('xdpdrop detach --iface "+v.Name+"')")
 		if pin {
 			require.Contains(t, err.Error(), "pinned at "+a.PinDir())
 		} else {

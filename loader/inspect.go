@@ -128,7 +128,7 @@ func (o occupant) howToRemove(iface string) string {
 func occupiedError(iface string, occ []occupant, root string) error {
 	for _, o := range occ {
 		if o.Meta == nil {
-			return fmt.Errorf("attach to %s: %w: %s runs %s; remove it with %s, or set Force (--force) to replace it",
+			return fmt.Errorf("attach to %s: %w: %s runs %s; remove it with %s",
 				iface, ErrForeign, iface, o.describe(iface), o.howToRemove(iface))
 		}
 	}
@@ -142,6 +142,6 @@ func occupiedError(iface string, occ []occupant, root string) error {
 		}
 		p.close()
 	}
-	return fmt.Errorf("attach to %s: %w: %s runs our %s, attached %s, %s; change it with Replace (xdpdrop replace), detach it first (xdpdrop detach %s), or set Force",
+	return fmt.Errorf("attach to %s: %w: %s runs our %s, attached %s, %s; detach it first ('xdpdrop detach --iface %s')",
 		iface, ErrAlreadyAttached, iface, o.describe(iface), o.Meta.AttachedAt.Format(time.DateTime), where, iface)
 }

@@ -176,7 +176,7 @@ func (a *Attachment) swap(np, old *ebpf.Program) error {
 			if info, ierr := a.lnk.Info(); ierr == nil {
 				if oi, oerr := old.Info(); oerr == nil {
 					if id, _ := oi.ID(); id != info.Program {
-						return fmt.Errorf("%w: the link now runs program %d, put there by another process: Open the attachment again", ErrForeign, info.Program)
+						return fmt.Errorf("%w: the link now runs program %d, put there by another process meanwhile: try again", ErrForeign, info.Program)
 					}
 				}
 			}
@@ -191,7 +191,7 @@ func (a *Attachment) swap(np, old *ebpf.Program) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, unix.EEXIST):
-		return fmt.Errorf("%w: %s no longer runs our program (something replaced or removed it); see Status", ErrForeign, a.iface)
+		return fmt.Errorf("%w: %s no longer runs our program (something replaced or removed it): see what runs there with 'xdpdrop status --iface %s'", ErrForeign, a.iface, a.iface)
 	case errors.Is(err, unix.ENODEV):
 		return fmt.Errorf("%w: interface %s is gone", ErrNotAttached, a.iface)
 	}
@@ -271,7 +271,7 @@ func Open(iface, root string) (_ *Attachment, err error) {
 	p, err := loadPins(dir)
 	if err != nil {
 		if errors.Is(err, ErrNotPinned) {
-			return nil, fmt.Errorf("%s: %w (attach it with pinning, or see what runs there with Status)", ctx, err)
+			return nil, fmt.Errorf("%s: %w (see what runs there with 'xdpdrop status --iface %s')", ctx, err, iface)
 		}
 		return nil, fmt.Errorf("%s: %w", ctx, err)
 	}
@@ -281,7 +281,7 @@ func Open(iface, root string) (_ *Attachment, err error) {
 		}
 	}()
 	if p.otherNetNS() {
-		return nil, fmt.Errorf("%s: pins at %s belong to an interface %s of another network namespace", ctx, dir, iface)
+		return nil, fmt.Errorf("%s: pins at %s belong to an interface %s of another network namespace: use them from within that namespace", ctx, dir, iface)
 	}
 	var ifc *ifaceXDP
 	if l, err := lookupLink(iface); err == nil {
@@ -295,7 +295,7 @@ func Open(iface, root string) (_ *Attachment, err error) {
 	}
 	switch state, why := p.liveness(iface, ifc); state {
 	case pinsStale:
-		return nil, fmt.Errorf("%s: %w at %s: %s (remove them with CleanStale, xdpdrop clean)", ctx, ErrStale, dir, why)
+		return nil, fmt.Errorf("%s: %w at %s: %s (remove them with %s)", ctx, ErrStale, dir, why, cleanHint(dir))
 	case pinsElsewhere:
 		return nil, fmt.Errorf("%s: %w at %s: %s", ctx, ErrStale, dir, why)
 	}
@@ -374,8 +374,8 @@ func DetachInterface(iface string, opts DetachOptions) error {
 	var remove []occupant
 	for _, o := range occ {
 		if o.Meta == nil && !opts.Force {
-			return fmt.Errorf("%s: %w: %s runs %s; remove it with %s, or set Force (--force)",
-				ctx, ErrForeign, iface, o.describe(iface), o.howToRemove(iface))
+			return fmt.Errorf("%s: %w: %s runs %s; remove it with %s, or with 'xdpdrop detach --iface %s --force'",
+				ctx, ErrForeign, iface, o.describe(iface), o.howToRemove(iface), iface)
 		}
 		remove = append(remove, o)
 	}

@@ -49,7 +49,7 @@ func newMetaMap(m Meta) (*ebpf.Map, error) {
 		return nil, fmt.Errorf("encode attachment metadata: %w", err)
 	}
 	if len(b) > maxMetaSize {
-		return nil, fmt.Errorf("attachment metadata is %d bytes, more than %d: keep Options.Config small", len(b), maxMetaSize)
+		return nil, fmt.Errorf("attachment metadata is %d bytes, more than %d: record a smaller configuration with the attachment", len(b), maxMetaSize)
 	}
 	size := (len(b) + 7) &^ 7
 	mp, err := ebpf.NewMap(&ebpf.MapSpec{

@@ -172,7 +172,7 @@ func TestStalePins(t *testing.T) {
 
 	_, err = loader.Open(gone.Name, root)
 	require.ErrorIs(t, err, loader.ErrStale)
-	require.Contains(t, err.Error(), "CleanStale")
+	require.Contains(t, err.Error(), "(remove them with 'rm -r "+filepath.Join(root, gone.Name)+"')", "a root the CLI does not use: by hand")
 	_, err = loader.Open(v.Name, root)
 	require.ErrorIs(t, err, loader.ErrStale)
 

@@ -167,13 +167,13 @@ func loadPins(dir string) (_ *pinSet, err error) {
 	}()
 	if p.prog, err = ebpf.LoadPinnedProgram(filepath.Join(dir, pinProg), nil); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s has no pinned program (remove it with CleanStale, xdpdrop clean)", ErrStale, dir)
+			return nil, fmt.Errorf("%w: %s has no pinned program (remove it with %s)", ErrStale, dir, cleanHint(dir))
 		}
 		return nil, wrapErr("open pinned program", err)
 	}
 	if p.meta, err = ebpf.LoadPinnedMap(filepath.Join(dir, pinMeta), nil); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s has no pinned metadata (remove it with CleanStale, xdpdrop clean)", ErrStale, dir)
+			return nil, fmt.Errorf("%w: %s has no pinned metadata (remove it with %s)", ErrStale, dir, cleanHint(dir))
 		}
 		return nil, wrapErr("open pinned metadata", err)
 	}
@@ -185,7 +185,7 @@ func loadPins(dir string) (_ *pinSet, err error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, wrapErr("open pinned link", err)
 	} else if p.info.Method == MethodLink {
-		return nil, fmt.Errorf("%w: %s has no pinned link (remove it with CleanStale, xdpdrop clean)", ErrStale, dir)
+		return nil, fmt.Errorf("%w: %s has no pinned link (remove it with %s)", ErrStale, dir, cleanHint(dir))
 	}
 	ents, err := os.ReadDir(filepath.Join(dir, pinMaps))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -223,16 +223,21 @@ func (p *pinSet) liveness(name string, ifc *ifaceXDP) (state pinLiveness, why st
 			if ifc == nil {
 				return pinsStale, fmt.Sprintf("interface %s no longer exists (its link was detached)", name)
 			}
+			if p.info.Ifindex != 0 && p.info.Ifindex != ifc.Index {
+				return pinsStale, fmt.Sprintf("interface %s was deleted and created again (ifindex %d, pins are for %d): its link went with the old one", name, ifc.Index, p.info.Ifindex)
+			}
 			return pinsStale, "its link was detached (the interface went away, or it was detached with bpftool)"
 		}
 		if ifc == nil || int(x.Ifindex) != ifc.Index {
 			// The link still runs, on an interface with another name:
 			// removing these pins would detach it.
 			other := fmt.Sprintf("ifindex %d", x.Ifindex)
+			detach := fmt.Sprintf("'bpftool link detach id %d'", info.ID)
 			if l, err := netlink.LinkByIndex(int(x.Ifindex)); err == nil {
 				other = fmt.Sprintf("%s (ifindex %d)", l.Attrs().Name, x.Ifindex)
+				detach = fmt.Sprintf("'xdpdrop detach --iface %s'", l.Attrs().Name)
 			}
-			return pinsElsewhere, fmt.Sprintf("its link still runs on %s: the interface was renamed; rename it back to %s to use these pins, or detach it with DetachInterface on its new name", other, name)
+			return pinsElsewhere, fmt.Sprintf("its link still runs on %s: the interface was renamed; rename it back to %s to use these pins, or detach it with %s", other, name, detach)
 		}
 		id = info.Program
 	} else if ifc == nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf/link"
 )
@@ -130,7 +131,7 @@ func Status(iface, root string) ([]IfaceStatus, error) {
 	}
 	for _, e := range ents {
 		n := unescapePin(e.Name())
-		if !e.IsDir() || strings.HasPrefix(e.Name(), tmpPrefix) || byName[n] != nil || (iface != "" && n != iface) {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), tmpPrefix) || strings.HasPrefix(e.Name(), lockPrefix) || byName[n] != nil || (iface != "" && n != iface) {
 			continue
 		}
 		if _, err := lookupLink(n); err == nil {
@@ -194,8 +195,16 @@ func pinState(root, name string, ifc *ifaceXDP) (progID uint32, stale bool, why,
 // or their program was detached by other means, and leftovers of attaches
 // that were interrupted. It returns the directories removed. Pins made in
 // another network namespace are removed only if their link is known to be
-// detached.
+// detached. Each interface's lock (LockInterface) is held while its pins
+// are judged and removed, waiting up to DefaultLockTimeout for it.
 func CleanStale(root string) ([]string, error) {
+	return CleanStaleTimeout(root, DefaultLockTimeout)
+}
+
+// CleanStaleTimeout is CleanStale waiting up to lockTimeout for each
+// interface's lock. An interface whose lock is not free in time is left
+// alone, and the error (wrapping ErrLocked) says who holds it.
+func CleanStaleTimeout(root string, lockTimeout time.Duration) ([]string, error) {
 	root = pinRoot(root)
 	ents, err := os.ReadDir(root)
 	if err != nil {
@@ -209,6 +218,9 @@ func CleanStale(root string) ([]string, error) {
 	for _, e := range ents {
 		n := unescapePin(e.Name())
 		dir := filepath.Join(root, e.Name())
+		if strings.HasPrefix(e.Name(), lockPrefix) {
+			continue // held now, or about to be removed by its holder
+		}
 		if strings.HasPrefix(e.Name(), tmpPrefix) {
 			if tmpOwnerAlive(e.Name()) {
 				continue
@@ -217,18 +229,17 @@ func CleanStale(root string) ([]string, error) {
 			if !e.IsDir() {
 				continue
 			}
-			var ifc *ifaceXDP
-			if l, err := lookupLink(n); err == nil {
-				x, err := getXDP(l.Attrs().Index)
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				ifc = &x
-			}
-			if _, stale, _, d := pinState(root, n, ifc); !stale || d == "" {
+			lk, err := lockIface(root, n, lockTimeout)
+			if err != nil {
+				errs = append(errs, err)
 				continue
 			}
+			ok, err := cleanOne(root, n, dir)
+			errs = append(errs, err, lk.Unlock())
+			if ok {
+				removed = append(removed, dir)
+			}
+			continue
 		}
 		if err := removePins(dir); err != nil {
 			errs = append(errs, err)
@@ -240,4 +251,142 @@ func CleanStale(root string) ([]string, error) {
 		return removed, fmt.Errorf("clean stale pins: %w", err)
 	}
 	return removed, nil
+}
+
+// cleanHint says how to remove the stale pin directory dir: the CLI's
+// status --clean where it looks (the default root), else by hand.
+func cleanHint(dir string) string {
+	if filepath.Dir(dir) == DefaultPinRoot {
+		return "'xdpdrop status --clean'"
+	}
+	return "'rm -r " + dir + "'"
+}
+
+// cleanOne removes dir, the pins of interface name under root, if they are
+// stale, and reports whether it did. The caller holds the interface's lock.
+func cleanOne(root, name, dir string) (bool, error) {
+	var ifc *ifaceXDP
+	if l, err := lookupLink(name); err == nil {
+		x, err := getXDP(l.Attrs().Index)
+		if err != nil {
+			return false, err
+		}
+		ifc = &x
+	}
+	if _, stale, _, d := pinState(root, name, ifc); !stale || d == "" {
+		return false, nil
+	}
+	if err := removePins(dir); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// RemoveStalePins removes the pins of interface iface under root ("":
+// DefaultPinRoot) if they are definitely stale: their bpf_link was
+// detached (the interface was deleted, and perhaps created again with the
+// same name, or the link was detached by other means), or, for an
+// attachment made through netlink, their program no longer runs on the
+// interface it was attached to. Removing such pins cannot detach anything.
+// It returns the directory removed and why it was stale, or "" if there
+// were no pins or they describe what runs now. Stale pins it cannot be
+// sure about (a link that still runs on a renamed interface, pins of
+// another network namespace, an incomplete directory with a live link) are
+// left, and the error wraps ErrStale and says what to do. The caller
+// should hold the interface's lock (LockInterface).
+func RemoveStalePins(iface, root string) (dir, why string, err error) {
+	ctx := "remove stale pins of " + iface
+	if err := checkName("interface", iface); err != nil {
+		return "", "", fmt.Errorf("%s: %w", ctx, err)
+	}
+	dir = pinDirFor(root, iface)
+	var ifc *ifaceXDP
+	if l, err := lookupLink(iface); err == nil {
+		x, err := getXDP(l.Attrs().Index)
+		if err != nil {
+			return "", "", fmt.Errorf("%s: %w", ctx, err)
+		}
+		ifc = &x
+	} else if !errors.Is(err, ErrNoInterface) {
+		return "", "", fmt.Errorf("%s: %w", ctx, err)
+	}
+	p, err := loadPins(dir)
+	switch {
+	case errors.Is(err, ErrNotPinned):
+		return "", "", nil
+	case errors.Is(err, ErrStale):
+		// Incomplete: safe to remove unless it holds a link that runs.
+		if l, lerr := link.LoadPinnedLink(filepath.Join(dir, pinLink), nil); lerr == nil {
+			running := linkRuns(l)
+			l.Close()
+			if running {
+				return "", "", fmt.Errorf("%s: %w (its pinned link still runs: detach it with 'xdpdrop detach --iface %s')", ctx, err, iface)
+			}
+		}
+		why = strings.TrimPrefix(err.Error(), ErrStale.Error()+": ")
+	case err != nil:
+		return "", "", fmt.Errorf("%s: %w", ctx, err)
+	default:
+		defer p.close()
+		if p.otherNetNS() {
+			if !p.definitelyDead() {
+				return "", "", fmt.Errorf("%s: %w: %s belongs to an interface %s of another network namespace, which may still run it: detach it from within that namespace ('xdpdrop detach --iface %s' run there)",
+					ctx, ErrStale, dir, iface, iface)
+			}
+			why = "pinned in another network namespace, and its link was detached"
+			break
+		}
+		state, w := p.liveness(iface, ifc)
+		switch state {
+		case pinsLive:
+			return "", "", nil
+		case pinsElsewhere:
+			return "", "", fmt.Errorf("%s: %w at %s: %s", ctx, ErrStale, dir, w)
+		}
+		if p.lnk == nil {
+			// Netlink: the program may still run on the interface it was
+			// attached to, under another name.
+			if other, ok := netlinkProgRuns(p); ok {
+				return "", "", fmt.Errorf("%s: %w at %s: their program still runs on %s (the interface was renamed): rename it back to %s, or detach it with 'xdpdrop detach --iface %s'",
+					ctx, ErrStale, dir, other, iface, other)
+			}
+		}
+		why = w
+	}
+	if err := removePins(dir); err != nil {
+		return "", "", fmt.Errorf("%s: %w", ctx, err)
+	}
+	return dir, why, nil
+}
+
+// linkRuns reports whether an XDP bpf_link is still attached to an
+// interface (or cannot be told not to be).
+func linkRuns(l link.Link) bool {
+	info, err := l.Info()
+	if err != nil {
+		return true
+	}
+	x := info.XDP()
+	return x != nil && x.Ifindex != 0
+}
+
+// netlinkProgRuns reports whether the program of netlink-attached pins p
+// still runs on the interface index it was attached to, and that
+// interface's name.
+func netlinkProgRuns(p *pinSet) (string, bool) {
+	info, err := p.prog.Info()
+	if err != nil {
+		return "", false
+	}
+	id, _ := info.ID()
+	x, err := getXDP(p.info.Ifindex)
+	if err != nil {
+		return "", false
+	}
+	for _, a := range x.Progs {
+		if a.ID == uint32(id) {
+			return x.Name, true
+		}
+	}
+	return "", false
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,6 +21,7 @@ type dropFlags struct {
 	iface, mode, rules, policy, malformed string
 	deny                                  []string
 	force, jsonOut                        bool
+	lockTimeout                           time.Duration
 }
 
 // dropResult is the JSON shape of `xdpdrop drop --json`.
@@ -70,6 +72,7 @@ Rule syntax: docs/RULES.md. Detach with 'xdpdrop detach --iface IF'.`,
 	fl.StringVar(&f.malformed, "malformed", "", "verdict for malformed frames: pass or drop (overrides the file)")
 	fl.BoolVar(&f.force, "force", false, "replace a program that is not ours")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the result as JSON")
+	addLockTimeout(cmd, &f.lockTimeout)
 	_ = cmd.MarkFlagRequired("iface")
 	return cmd
 }
@@ -190,8 +193,28 @@ func (a *app) drop(f *dropFlags) error {
 	}
 	res.Rules = len(rs.Rules)
 
+	// From the first look at the pins to the last write, no other command
+	// may change the interface.
+	lk, err := lockIface(f.iface, f.lockTimeout)
+	if err != nil {
+		return err
+	}
+	defer lk.Unlock()
+
 	// Already ours? Replace the rules in place.
 	att, eng, err := openDrop(f.iface)
+	if errors.Is(err, loader.ErrStale) {
+		// Pins of an interface that went away (and perhaps came back
+		// under the same name) must not stand in the way of a new attach.
+		dir, why, rerr := loader.RemoveStalePins(f.iface, "")
+		if rerr != nil {
+			return rerr
+		}
+		if dir != "" {
+			fmt.Fprintf(a.stderr, "xdpdrop: removed stale pins %s: %s\n", dir, why)
+		}
+		att, eng, err = openDrop(f.iface)
+	}
 	switch {
 	case err == nil:
 		defer att.Close()
@@ -224,6 +247,9 @@ func (a *app) drop(f *dropFlags) error {
 		Config:    map[string]string{"program": programFastdrop, "requested_mode": mode.String()},
 	})
 	if err != nil {
+		if !f.force && (errors.Is(err, loader.ErrForeign) || errors.Is(err, loader.ErrAlreadyAttached)) {
+			return fmt.Errorf("%w, or replace it: add --force", err)
+		}
 		return err
 	}
 	defer att.Close()
@@ -316,8 +342,11 @@ func dropRuleCount(iface string) (int, error) {
 // needDrop is openDrop for commands that need fast drop to be there.
 func needDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
 	att, eng, err := openDrop(iface)
-	if errors.Is(err, loader.ErrNotPinned) {
+	switch {
+	case errors.Is(err, loader.ErrNotPinned):
 		return nil, nil, fmt.Errorf("no fast drop on %s: attach it with 'xdpdrop drop --iface %s --rules FILE'", iface, iface)
+	case errors.Is(err, loader.ErrStale):
+		return nil, nil, fmt.Errorf("no fast drop runs on %s: %w; or attach it again with 'xdpdrop drop --iface %s --rules FILE'", iface, err, iface)
 	}
 	return att, eng, err
 }
@@ -325,21 +354,38 @@ func needDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
 func (a *app) detachCmd() *cobra.Command {
 	var iface string
 	var force, jsonOut bool
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "detach --iface IF [--force]",
 		Short: "Detach xdpdrop's program from an interface and remove its pins",
 		Long: `detach removes the XDP program xdpdrop attached to an interface, and its
 pins in bpffs. A program attached by something else (ip link, xdp-loader,
-another tool) is left alone unless --force is given.`,
+another tool) is left alone unless --force is given. Detaching an interface
+that runs nothing of xdpdrop's succeeds and says so.`,
 		Example: `  xdpdrop detach --iface eth3
   xdpdrop detach --iface eth3 --force   # also a program that is not ours`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := loader.DetachInterface(iface, loader.DetachOptions{Force: force}); err != nil {
+			lk, err := lockIface(iface, lockTimeout)
+			if err != nil {
 				return err
 			}
+			defer lk.Unlock()
+			detached := true
+			if err := loader.DetachInterface(iface, loader.DetachOptions{Force: force}); err != nil {
+				// Nothing there is what detach is for: a second detach
+				// (or one that lost the race to another) succeeds.
+				if !errors.Is(err, loader.ErrNotAttached) {
+					return err
+				}
+				detached = false
+			}
 			if jsonOut {
-				return writeJSON(a.stdout, map[string]any{"interface": iface, "detached": true})
+				return writeJSON(a.stdout, map[string]any{"interface": iface, "detached": detached})
+			}
+			if !detached {
+				fmt.Fprintf(a.stdout, "nothing attached to %s: nothing to detach\n", iface)
+				return nil
 			}
 			fmt.Fprintf(a.stdout, "detached from %s\n", iface)
 			return nil
@@ -348,6 +394,7 @@ another tool) is left alone unless --force is given.`,
 	cmd.Flags().StringVar(&iface, "iface", "", "interface (required)")
 	cmd.Flags().BoolVar(&force, "force", false, "detach a program that is not ours too")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the result as JSON")
+	addLockTimeout(cmd, &lockTimeout)
 	_ = cmd.MarkFlagRequired("iface")
 	return cmd
 }

@@ -30,6 +30,7 @@ type redirectFlags struct {
 	duration                                               time.Duration
 	count                                                  uint64
 	jsonOut                                                bool
+	lockTimeout                                            time.Duration
 }
 
 // queueSample is one queue in the JSON lines of `redirect --json`.
@@ -97,6 +98,7 @@ Actions:
 	fl.Uint64Var(&f.count, "count", 0, "stop after this many frames per queue (0: no limit)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print per-queue samples as JSON lines")
 	fl.StringVar(&f.metricsAddr, "metrics", "", "also serve Prometheus metrics at http://ADDR/metrics")
+	addLockTimeout(cmd, &f.lockTimeout)
 	_ = cmd.MarkFlagRequired("iface")
 	return cmd
 }
@@ -261,10 +263,17 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, red.Close()) }()
+	// The lock is held while attaching only: the program is not pinned,
+	// and this process holds it until it exits.
+	lk, err := lockIface(f.iface, f.lockTimeout)
+	if err != nil {
+		return err
+	}
 	att, err := loader.Attach(red.Program(), loader.Options{
 		Interface: f.iface, Mode: mode,
 		Config: map[string]string{"program": "redirect", "queues": f.queues, "action": f.action},
 	})
+	lk.Unlock()
 	if err != nil {
 		return err
 	}

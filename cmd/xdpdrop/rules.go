@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -52,6 +53,7 @@ func parseRuleArgs(args []string) ([]fastdrop.Rule, error) {
 // set, the program is loaded again with the whole new set (see reloadDrop).
 func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engine, ...fastdrop.Rule) error, grows bool) *cobra.Command {
 	var iface string
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -61,6 +63,13 @@ func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engin
 			if err != nil {
 				return err
 			}
+			// Held from reading the rules in force to writing the new set
+			// (and the reload, if the tables grow).
+			lk, err := lockIface(iface, lockTimeout)
+			if err != nil {
+				return err
+			}
+			defer lk.Unlock()
 			att, eng, err := needDrop(iface)
 			if err != nil {
 				return err
@@ -90,6 +99,7 @@ func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engin
 		},
 	}
 	cmd.Flags().StringVar(&iface, "iface", "", "interface (required)")
+	addLockTimeout(cmd, &lockTimeout)
 	_ = cmd.MarkFlagRequired("iface")
 	return cmd
 }
@@ -105,6 +115,7 @@ func (a *app) rulesDelCmd() *cobra.Command {
 
 func (a *app) rulesReplaceCmd() *cobra.Command {
 	var iface, file, policy, malformed string
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "replace --iface IF (OLD NEW | --rules FILE)",
 		Short: "Replace one rule in place, or the whole rule set atomically",
@@ -127,6 +138,11 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			lk, err := lockIface(iface, lockTimeout)
+			if err != nil {
+				return err
+			}
+			defer lk.Unlock()
 			att, eng, err := needDrop(iface)
 			if err != nil {
 				return err
@@ -155,6 +171,7 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 	cmd.Flags().StringVar(&file, "rules", "", "replace the whole rule set with this file")
 	cmd.Flags().StringVar(&policy, "policy", "", "with --rules: override the file's policy (pass or drop)")
 	cmd.Flags().StringVar(&malformed, "malformed", "", "with --rules: override the file's malformed verdict")
+	addLockTimeout(cmd, &lockTimeout)
 	_ = cmd.MarkFlagRequired("iface")
 	return cmd
 }

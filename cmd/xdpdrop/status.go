@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +20,7 @@ type statusRow struct {
 func (a *app) statusCmd() *cobra.Command {
 	var iface string
 	var jsonOut, all, clean bool
+	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "status [--iface IF] [--json]",
 		Short: "Show which XDP programs run where, ours or foreign, and their pins",
@@ -32,7 +34,10 @@ longer exist are shown as stale; --clean removes them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if clean {
-				removed, err := loader.CleanStale("")
+				if lockTimeout < 0 {
+					return usagef("--lock-timeout %s: must not be negative", lockTimeout)
+				}
+				removed, err := loader.CleanStaleTimeout("", lockTimeout)
 				for _, r := range removed {
 					fmt.Fprintf(a.stdout, "removed stale pins %s\n", r)
 				}
@@ -86,6 +91,8 @@ longer exist are shown as stale; --clean removes them.`,
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print as JSON")
 	cmd.Flags().BoolVar(&all, "all", false, "list interfaces without XDP programs too")
 	cmd.Flags().BoolVar(&clean, "clean", false, "remove stale pins first")
+	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", loader.DefaultLockTimeout,
+		"with --clean: how long to wait for another xdpdrop command that is changing an interface")
 	return cmd
 }
 
@@ -115,7 +122,7 @@ func details(r statusRow, p *loader.ProgStatus) string {
 		}
 	}
 	if p != nil && !p.Ours {
-		d = append(d, "foreign: detach with 'xdpdrop detach --force'")
+		d = append(d, "foreign: detach with 'xdpdrop detach --iface "+r.Interface+" --force'")
 	}
 	return strings.Join(d, ", ")
 }
