@@ -191,7 +191,7 @@ func (a *app) drop(f *dropFlags) error {
 	res.Rules = len(rs.Rules)
 
 	// Already ours? Replace the rules in place.
-	att, eng, err := openDrop(f.iface)
+	att, eng, err := a.openDrop(f.iface)
 	switch {
 	case err == nil:
 		defer att.Close()
@@ -219,6 +219,7 @@ func (a *app) drop(f *dropFlags) error {
 		Interface: f.iface,
 		Mode:      mode,
 		Pin:       true,
+		PinRoot:   a.pinRoot,
 		Maps:      eng.Maps(),
 		Force:     f.force,
 		Config:    map[string]string{"program": programFastdrop, "requested_mode": mode.String()},
@@ -283,8 +284,8 @@ func (a *app) printDrop(res dropResult, jsonOut bool) error {
 
 // openDrop reopens the pinned fast-drop attachment of iface and its engine.
 // It wraps loader.ErrNotPinned when nothing of ours is pinned there.
-func openDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
-	att, err := loader.Open(iface, "")
+func (a *app) openDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
+	att, err := loader.Open(iface, a.pinRoot)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -301,8 +302,8 @@ func openDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
 
 // dropRuleCount returns the number of rules of the fast drop attached to
 // iface, without reading the rules (see fastdrop.RuleCount).
-func dropRuleCount(iface string) (int, error) {
-	att, err := loader.Open(iface, "")
+func (a *app) dropRuleCount(iface string) (int, error) {
+	att, err := loader.Open(iface, a.pinRoot)
 	if err != nil {
 		return 0, err
 	}
@@ -314,8 +315,8 @@ func dropRuleCount(iface string) (int, error) {
 }
 
 // needDrop is openDrop for commands that need fast drop to be there.
-func needDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
-	att, eng, err := openDrop(iface)
+func (a *app) needDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
+	att, eng, err := a.openDrop(iface)
 	if errors.Is(err, loader.ErrNotPinned) {
 		return nil, nil, fmt.Errorf("no fast drop on %s: attach it with 'xdpdrop drop --iface %s --rules FILE'", iface, iface)
 	}
@@ -335,7 +336,7 @@ another tool) is left alone unless --force is given.`,
   xdpdrop detach --iface eth3 --force   # also a program that is not ours`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := loader.DetachInterface(iface, loader.DetachOptions{Force: force}); err != nil {
+			if err := loader.DetachInterface(iface, loader.DetachOptions{Force: force, PinRoot: a.pinRoot}); err != nil {
 				return err
 			}
 			if jsonOut {

@@ -61,7 +61,7 @@ func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engin
 			if err != nil {
 				return err
 			}
-			att, eng, err := needDrop(iface)
+			att, eng, err := a.needDrop(iface)
 			if err != nil {
 				return err
 			}
@@ -127,7 +127,7 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			att, eng, err := needDrop(iface)
+			att, eng, err := a.needDrop(iface)
 			if err != nil {
 				return err
 			}
@@ -196,7 +196,7 @@ func (a *app) rulesListCmd() *cobra.Command {
 		Short: "List the rules in force with their packet and byte counters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			att, eng, err := needDrop(iface)
+			att, eng, err := a.needDrop(iface)
 			if err != nil {
 				return err
 			}

@@ -32,7 +32,7 @@ longer exist are shown as stale; --clean removes them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if clean {
-				removed, err := loader.CleanStale("")
+				removed, err := loader.CleanStale(a.pinRoot)
 				for _, r := range removed {
 					fmt.Fprintf(a.stdout, "removed stale pins %s\n", r)
 				}
@@ -40,7 +40,7 @@ longer exist are shown as stale; --clean removes them.`,
 					return err
 				}
 			}
-			sts, err := loader.Status(iface, "")
+			sts, err := loader.Status(iface, a.pinRoot)
 			if err != nil {
 				return err
 			}
@@ -51,7 +51,7 @@ longer exist are shown as stale; --clean removes them.`,
 				}
 				row := statusRow{IfaceStatus: st}
 				if st.PinDir != "" && !st.Stale && ours(st, programFastdrop) {
-					if n, err := dropRuleCount(st.Interface); err == nil {
+					if n, err := a.dropRuleCount(st.Interface); err == nil {
 						row.Rules = &n
 					}
 				}
@@ -114,7 +114,9 @@ func details(r statusRow, p *loader.ProgStatus) string {
 			d = append(d, fmt.Sprintf("attached %s by pid %d", m.AttachedAt.Local().Format("2006-01-02 15:04:05"), m.PID))
 		}
 	}
-	if p != nil && !p.Ours {
+	if p != nil && !p.Ours && p.Opaque {
+		d = append(d, "not inspectable: opening a program by id needs CAP_SYS_ADMIN, so whether it is xdpdrop's is unknown")
+	} else if p != nil && !p.Ours {
 		d = append(d, "foreign: detach with 'xdpdrop detach --force'")
 	}
 	return strings.Join(d, ", ")

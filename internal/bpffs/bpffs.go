@@ -17,6 +17,10 @@ const DefaultPath = "/sys/fs/bpf"
 // mounted there. Errors wrapping it say how to mount it by hand.
 var ErrNoBPFFS = errors.New("bpffs not available")
 
+// ErrUnsafe reports a directory on a pin path that another user made or
+// may change: what is pinned below it cannot be trusted, nor kept safe.
+var ErrUnsafe = errors.New("unsafe pin directory")
+
 // IsBPFFS reports whether path is on a BPF filesystem. A path that does not
 // exist is not bpffs and not an error.
 func IsBPFFS(path string) (bool, error) {
@@ -129,31 +133,4 @@ func unescape(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
-}
-
-// MkdirOwner creates dir and any missing parents with mode 0700, and makes
-// sure dir itself is owner-only even if it already existed with a wider
-// mode. dir must be on bpffs (wraps ErrNoBPFFS otherwise), so that a typo
-// in a pin root cannot pin into a tmpfs that vanishes with the process.
-func MkdirOwner(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create pin directory %s: %w", dir, err)
-	}
-	ok, err := IsBPFFS(dir)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("%w: %s is not on bpffs (%s)", ErrNoBPFFS, dir, howTo(DefaultPath))
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("stat pin directory: %w", err)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return fmt.Errorf("make %s owner-only: %w", dir, err)
-		}
-	}
-	return nil
 }
