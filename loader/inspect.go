@@ -115,7 +115,7 @@ func (o occupant) describe(iface string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "XDP program %d", o.ID)
 	if o.Opaque && o.Name == "" {
-		fmt.Fprintf(&b, " (%s mode; not inspectable: opening a program by id needs CAP_SYS_ADMIN, which this process lacks, so it is not known to be xdpdrop's)", o.Mode)
+		fmt.Fprintf(&b, " (%s mode; not inspectable without CAP_SYS_ADMIN, which this process lacks, so not known to be xdpdrop's)", o.Mode)
 		return b.String()
 	}
 	if o.Name != "" {
@@ -153,18 +153,26 @@ func occupiedError(iface string, occ []occupant, root string) error {
 	// The pinned program's id tells ours from foreign without opening
 	// programs by id (which needs CAP_SYS_ADMIN).
 	var pinnedID uint32
-	var pinned Meta
+	var pinned occupant
 	var pinDir string
 	if p, err := loadPins(pinDirFor(root, iface)); err == nil {
 		if info, err := p.prog.Info(); err == nil {
 			id, _ := info.ID()
-			pinnedID, pinned, pinDir = uint32(id), p.info, p.dir
+			m := p.info
+			pinnedID, pinDir = uint32(id), p.dir
+			pinned = occupant{ID: pinnedID, Name: info.Name, Tag: info.Tag, Meta: &m}
+			if p.lnk != nil {
+				if li, err := p.lnk.Info(); err == nil {
+					pinned.LinkID = li.ID
+				}
+			}
 		}
 		p.close()
 	}
 	for i, o := range occ {
 		if o.Meta == nil && o.Opaque && pinnedID != 0 && o.ID == pinnedID {
-			occ[i].Meta = &pinned
+			pinned.Mode = o.Mode
+			occ[i] = pinned // known from the pins
 			continue
 		}
 		if o.Meta == nil {
