@@ -42,6 +42,16 @@
 // Pins whose link still runs on an interface that was since renamed are
 // not stale: removing them would detach it.
 //
+// # Privilege
+//
+// Every directory on a pin path must belong to root or the caller and be
+// writable by nobody else (sticky directories excepted), and the pin root
+// must be the caller's (ErrUnsafePinDir otherwise): the owner-only pin
+// directories are what lets their owner, and nobody else, use the pins.
+// Nothing here needs CAP_SYS_ADMIN: programs that cannot be opened by id
+// without it are told apart by the pinned program's id, and reported as
+// opaque when they are not ours.
+//
 // # Lifetime
 //
 // Close releases an Attachment's file descriptors. A pinned attachment
@@ -52,9 +62,10 @@
 // # Errors
 //
 // Errors wrap sentinels for what callers branch on (ErrNoInterface,
-// ErrNotPermitted, ErrModeUnsupported, ErrVerifier, ErrNoBPFFS, ErrForeign,
-// ErrAlreadyAttached, ErrNotPinned, ErrStale, ErrNotAttached) and say what to
-// do. After any error Attach leaves nothing attached or pinned that was not
+// ErrNotPermitted, ErrModeUnsupported, ErrVerifier, ErrNoBPFFS,
+// ErrUnsafePinDir, ErrForeign, ErrAlreadyAttached, ErrNotPinned, ErrStale,
+// ErrNotAttached) and say what to do; a missing privilege is named as the
+// capability this process lacks. After any error Attach leaves nothing attached or pinned that was not
 // there before.
 //
 // Functions act in the network namespace of the calling thread; lock the

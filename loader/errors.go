@@ -91,10 +91,10 @@ func fileHint(path string) string {
 	dir := filepath.Dir(path)
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
-		return fmt.Sprintf("a file permission, not a capability: this process runs as uid %d", os.Geteuid())
+		return "a file permission, not a capability: this process runs as " + bpffs.UserName(os.Geteuid())
 	}
-	return fmt.Sprintf("a file permission, not a capability: %s belongs to uid %d (mode %04o) and this process runs as uid %d: run as its owner, or use a pin root of your own (--pin-root)",
-		dir, st.Uid, st.Mode&0o7777, os.Geteuid())
+	return fmt.Sprintf("a file permission, not a capability: %s belongs to %s (mode %04o) and this process runs as %s: run as its owner, or use a pin root of your own (--pin-root)",
+		dir, bpffs.UserName(int(st.Uid)), st.Mode&0o7777, bpffs.UserName(os.Geteuid()))
 }
 
 // isNotSupported reports whether err says the kernel lacks a feature.

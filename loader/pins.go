@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpdrop/xdpdrop/internal/bpffs"
-	"github.com/xdpdrop/xdpdrop/internal/caps"
 )
 
 // DefaultPinRoot holds one directory of pins per interface.
@@ -88,7 +87,10 @@ func ensurePinRoot(root string) error {
 					root, ErrNoBPFFS, bpffs.DefaultPath, bpffs.DefaultPath)
 			}
 			if err := bpffs.Mount(bpffs.DefaultPath); err != nil {
-				return wrapNeed("pin", err, caps.Of(caps.SysAdmin))
+				if errors.Is(err, unix.EPERM) { // Mount says what is missing
+					return fmt.Errorf("pin: %w: %w", ErrNotPermitted, err)
+				}
+				return wrapErr("pin", err)
 			}
 		}
 	} else {

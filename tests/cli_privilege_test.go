@@ -176,6 +176,15 @@ func TestCLIPinRootOfAnotherUser(t *testing.T) {
 	require.Contains(t, r.stderr, "--pin-root")
 	require.NotContains(t, r.stderr, "CAP_", "no capability is missing")
 	requireNothingAttached(t, v.Name)
+
+	// A directory of root's that others may enter but not write in: the
+	// pin root cannot be made there, and the error says why.
+	require.NoError(t, os.Chmod(rootOwned, 0o755))
+	r = cliCaps(t, capsAttach, "drop", "--iface", v.Name, "--deny", "203.0.113.0/24", "--pin-root", filepath.Join(rootOwned, "pins"))
+	t.Log(r.stderr)
+	requireOneLineError(t, r, 1, "a file permission, not a capability: "+rootOwned+" belongs to root (mode 0755)")
+	require.NotContains(t, r.stderr, "CAP_", "no capability is missing")
+	requireNothingAttached(t, v.Name)
 }
 
 // TestCLIPinRootTakenOver is the attack on a world-writable bpffs (the

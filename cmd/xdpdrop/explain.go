@@ -21,7 +21,8 @@ const memlockAdvice = " (MEMLOCK may be too low, consider rlimit.RemoveMemlock)"
 // what a bare errno would leave out.
 func explain(err error) string {
 	msg := strings.ReplaceAll(err.Error(), memlockAdvice, "")
-	if (errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES)) && !strings.Contains(msg, "CAP_") && !errors.Is(err, loader.ErrUnsafePinDir) {
+	if (errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES)) && !strings.Contains(msg, "CAP_") &&
+		!errors.Is(err, loader.ErrNotPermitted) && !errors.Is(err, loader.ErrUnsafePinDir) { // explained there
 		return msg + " (" + caps.Hint(caps.Of(caps.NetAdmin, caps.BPF, caps.Perfmon)) + ")"
 	}
 	return msg

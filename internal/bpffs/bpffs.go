@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xdpdrop/xdpdrop/internal/caps"
 )
 
 // DefaultPath is where bpffs is conventionally mounted.
@@ -68,7 +70,7 @@ func Mount(path string) error {
 	if err := unix.Mount("bpf", path, "bpf", 0, "mode=0700"); err != nil {
 		hint := howTo(path)
 		if errors.Is(err, unix.EPERM) {
-			hint = "needs CAP_SYS_ADMIN: run as root, or " + hint
+			hint = caps.Hint(caps.Of(caps.SysAdmin)) + "; or " + hint
 		}
 		return fmt.Errorf("%w: mount bpffs at %s: %w (%s)", ErrNoBPFFS, path, err, hint)
 	}

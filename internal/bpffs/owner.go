@@ -132,7 +132,10 @@ func notEnterable(dir string, euid int, err error) error {
 	return fmt.Errorf("pin directory %s: %w", dir, err)
 }
 
-// who names a uid: "root", "nobody (uid 65534)", "uid 1234".
+// UserName names a uid for messages: "root", "nobody (uid 65534)",
+// "uid 1234".
+func UserName(uid int) string { return who(uid) }
+
 func who(uid int) string {
 	if uid == 0 {
 		return "root"
@@ -171,7 +174,7 @@ func MkdirOwner(dir string) error {
 	euid := os.Geteuid()
 	for missing != "" {
 		if err := unix.Mkdir(missing, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("create pin directory %s: %w", missing, err)
+			return fmt.Errorf("create pin directory: %w", &fs.PathError{Op: "mkdir", Path: missing, Err: err})
 		}
 		// Made by us, or by someone just before us: check it either way.
 		last := missing == abs
