@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpdrop/xdpdrop/gen"
+	"github.com/xdpdrop/xdpdrop/internal/caps"
 )
 
 // Sentinel errors of the engine.
@@ -254,10 +255,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
-		if errors.Is(err, unix.EPERM) {
-			return nil, fmt.Errorf("fastdrop: load program: %w (needs CAP_BPF and CAP_NET_ADMIN: run as root)", err)
-		}
-		return nil, fmt.Errorf("fastdrop: load program: %w", err)
+		// CAP_PERFMON too: without it the verifier refuses the
+		// program's pointer arithmetic (EACCES).
+		return nil, fmt.Errorf("fastdrop: load program: %w%s", err, caps.Suffix(err, caps.Of(caps.BPF, caps.NetAdmin, caps.Perfmon)))
 	}
 	e := &Engine{prog: coll.Programs[progName], maps: make(map[string]*ebpf.Map)}
 	delete(coll.Programs, progName)
@@ -391,16 +391,27 @@ func (e *Engine) setup() error {
 	e.mem.ctl = memSection{e.mem.main, 0}
 	e.mem.cls = memSection{e.mem.main, mainHalf + halfCls}
 	e.mem.tbl24 = memSection{e.mem.main, mainHalf + halfTbl24}
+	return nil
+}
+
+// makeSyncMaps makes the maps waitPrograms uses, the first time a change
+// needs them: creating a map needs CAP_BPF, and an engine that only reads
+// (counters, the rule set) needs no capability at all.
+func (e *Engine) makeSyncMaps() error {
+	if e.syncOuter != nil {
+		return nil
+	}
 	// Updating a map-in-map waits for an RCU grace period (the kernel's
 	// maybe_wait_bpf_programs), that is until every program run that
 	// started before has ended. That is the wait between flipping the
 	// active half and writing the old one.
 	inner := &ebpf.MapSpec{Name: "fd_sync_inner", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}
+	var err error
 	if e.syncInner, err = ebpf.NewMap(inner); err != nil {
-		return fmt.Errorf("fastdrop: create map: %w", err)
+		return fmt.Errorf("fastdrop: create map: %w%s", err, caps.Suffix(err, caps.Of(caps.BPF)))
 	}
 	if e.syncOuter, err = ebpf.NewMap(&ebpf.MapSpec{Name: "fd_sync", Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: 1, InnerMap: inner}); err != nil {
-		return fmt.Errorf("fastdrop: create map: %w", err)
+		return fmt.Errorf("fastdrop: create map: %w%s", err, caps.Suffix(err, caps.Of(caps.BPF)))
 	}
 	return nil
 }
@@ -1065,6 +1076,10 @@ func (e *Engine) compileAll() error {
 // commitLocked makes the plan the rule set in force: compile, write the
 // inactive half, flip, wait, write the other half.
 func (e *Engine) commitLocked(p *plan) error {
+	// Before anything changes: the wait between the halves needs them.
+	if err := e.makeSyncMaps(); err != nil {
+		return err
+	}
 	free := slices.Clone(e.free)
 	nextSlot := e.nextSlot
 	for _, i := range p.added {
@@ -1384,6 +1399,9 @@ func (e *Engine) prefixIndex() *prefixIndex {
 // waitPrograms returns once every run of the program that started before
 // the call has ended.
 func (e *Engine) waitPrograms() error {
+	if err := e.makeSyncMaps(); err != nil {
+		return err
+	}
 	if err := e.syncOuter.Put(uint32(0), e.syncInner); err != nil {
 		return fmt.Errorf("wait for running programs: %w", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdpdrop/xdpdrop/internal/caps"
 )
 
 // Options say where and how Attach attaches a program.
@@ -374,7 +376,7 @@ func attachErr(mode Mode, err error) error {
 	case errors.Is(err, unix.EBUSY), errors.Is(err, unix.EEXIST):
 		return fmt.Errorf("%w: %s mode: %w (another XDP program was attached meanwhile: see what runs there with 'xdpdrop status')", ErrForeign, mode, err)
 	}
-	return wrapErr(fmt.Sprintf("%s mode", mode), err)
+	return wrapNeed(fmt.Sprintf("%s mode", mode), err, caps.Of(caps.NetAdmin))
 }
 
 // evicted is what evict removed from an interface, kept open so that it
@@ -401,7 +403,8 @@ func evict(name string, index int, occ []occupant) (*evicted, error) {
 			if errors.Is(err, os.ErrNotExist) {
 				continue
 			}
-			return e, wrapErr(fmt.Sprintf("open %s", o.describe(name)), err)
+			// Putting it back later needs its fd: by id, CAP_SYS_ADMIN.
+			return e, wrapNeed(fmt.Sprintf("open %s to remove it (--force)", o.describe(name)), err, caps.Of(caps.SysAdmin))
 		}
 		if o.LinkID != 0 {
 			l, err := link.NewFromID(o.LinkID)

@@ -19,6 +19,8 @@ var children = map[string]func() error{
 	"attach-pinned": childAttachPinned,
 	"unprivileged":  childUnprivileged,
 	"no-bpffs":      childNoBPFFS,
+	// runs as uid 0 without any capability, like "unprivileged"
+	"no-caps-pinned": childNoCapsPinned,
 }
 
 // childOpen opens the pinned attachment of $IFACE under $ROOT, reports
@@ -89,8 +91,9 @@ func childAttachPinned() error {
 // childUnprivileged runs as uid 0 without any capability and tries, with
 // the program the parent passed as fd 3: Attach through a bpf_link and
 // through netlink to $IFACE, Status of $BUSY_IFACE (which runs a program
-// the parent attached), and a forced DetachInterface of it. Each must fail
-// with ErrNotPermitted naming the capabilities; it reports the messages.
+// the parent attached), which must work, and a forced DetachInterface of
+// it. The others must fail with ErrNotPermitted naming the capabilities
+// it lacks; it reports their messages.
 func childUnprivileged() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
@@ -127,9 +130,14 @@ func childUnprivileged() error {
 	if err := check("Attach through netlink", err); err != nil {
 		return err
 	}
-	_, err = loader.Status(busy, "")
-	if err := check("Status", err); err != nil {
-		return err
+	// Status needs no capability: a program it cannot open by id
+	// (CAP_SYS_ADMIN) is reported as opaque, not as ours.
+	sts, err := loader.Status(busy, "")
+	if err != nil {
+		return fmt.Errorf("Status without capabilities: %w", err)
+	}
+	if len(sts) != 1 || len(sts[0].Programs) != 1 || !sts[0].Programs[0].Opaque || sts[0].Programs[0].Ours {
+		return fmt.Errorf("Status without capabilities: %+v, want one opaque program that is not known to be ours", sts)
 	}
 	err = loader.DetachInterface(busy, loader.DetachOptions{Force: true})
 	if err := check("DetachInterface", err); err != nil {

@@ -54,6 +54,16 @@
 // them cannot detach anything (its link was detached with a deleted
 // interface), for a caller that wants to attach anew.
 //
+// # Privilege
+//
+// Every directory on a pin path must belong to root or the caller and be
+// writable by nobody else (sticky directories excepted), and the pin root
+// must be the caller's (ErrUnsafePinDir otherwise): the owner-only pin
+// directories are what lets their owner, and nobody else, use the pins.
+// Nothing here needs CAP_SYS_ADMIN: programs that cannot be opened by id
+// without it are told apart by the pinned program's id, and reported as
+// opaque when they are not ours.
+//
 // # Lifetime
 //
 // Close releases an Attachment's file descriptors. A pinned attachment
@@ -64,12 +74,13 @@
 // # Errors
 //
 // Errors wrap sentinels for what callers branch on (ErrNoInterface,
-// ErrNotPermitted, ErrModeUnsupported, ErrVerifier, ErrNoBPFFS, ErrForeign,
-// ErrAlreadyAttached, ErrNotPinned, ErrStale, ErrNotAttached, ErrLocked) and
-// say what to do, naming the xdpdrop, bpftool or ip commands that do it
-// (never Go identifiers: the CLI prints these errors as they are). After
-// any error Attach leaves nothing attached or pinned that was not there
-// before.
+// ErrNotPermitted, ErrModeUnsupported, ErrVerifier, ErrNoBPFFS,
+// ErrUnsafePinDir, ErrForeign, ErrAlreadyAttached, ErrNotPinned, ErrStale,
+// ErrNotAttached, ErrLocked) and say what to do, naming the xdpdrop, bpftool
+// or ip commands that do it (never Go identifiers: the CLI prints these
+// errors as they are); a missing privilege is named as the capability this
+// process lacks. After any error Attach leaves nothing attached or pinned
+// that was not there before.
 //
 // Functions act in the network namespace of the calling thread; lock the
 // goroutine to its thread (runtime.LockOSThread) when working in another

@@ -32,7 +32,7 @@ const childEnv = "XDPDROP_LOADER_CHILD"
 // (a real second process, for pins, privileges and mount namespaces).
 func TestMain(m *testing.M) {
 	if name := os.Getenv(childEnv); name != "" {
-		if name == "unprivileged" && os.Getenv(capsDroppedEnv) == "" {
+		if (name == "unprivileged" || name == "no-caps-pinned") && os.Getenv(capsDroppedEnv) == "" {
 			// Does not return unless it fails.
 			fmt.Fprintln(os.Stderr, dropCapsAndReexec())
 			os.Exit(1)
@@ -71,6 +71,7 @@ var sentinels = map[string]error{
 	"ErrForeign":         loader.ErrForeign,
 	"ErrNotPinned":       loader.ErrNotPinned,
 	"ErrStale":           loader.ErrStale,
+	"ErrAlreadyAttached": loader.ErrAlreadyAttached,
 }
 
 // runChild re-executes the test binary as child name with env and extra

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // occupant is a program running on an interface and what we know of it.
@@ -17,8 +18,13 @@ type occupant struct {
 	ID     uint32
 	Name   string
 	Tag    string
-	LinkID link.ID // 0: attached through netlink
+	LinkID link.ID // 0: attached through netlink (or Opaque)
 	Meta   *Meta   // non-nil: ours
+	// Opaque: the program could not be opened by its id, which needs
+	// CAP_SYS_ADMIN; only the mode and id that rtnetlink reports are
+	// known. It is ours only if it is the program pinned for the
+	// interface (callers compare ids).
+	Opaque bool
 }
 
 // linkKey finds the bpf_link of a program on an interface.
@@ -30,7 +36,8 @@ type linkKey struct {
 // xdpLinks maps (ifindex, program id) to the XDP bpf_links in the system.
 // Link ifindexes are per namespace, so a link of another namespace with the
 // same ifindex and program could be matched; the program id makes that
-// vanishingly unlikely.
+// vanishingly unlikely. Listing links needs CAP_SYS_ADMIN: without it the
+// map is empty, and the programs are opaque to survey too.
 func xdpLinks() (map[linkKey]link.ID, error) {
 	out := map[linkKey]link.ID{}
 	it := new(link.Iterator)
@@ -45,7 +52,7 @@ func xdpLinks() (map[linkKey]link.ID, error) {
 		}
 	}
 	if err := it.Err(); err != nil {
-		if isNotSupported(err) {
+		if isNotSupported(err) || errors.Is(err, unix.EPERM) {
 			return out, nil
 		}
 		return nil, wrapErr("list BPF links", err)
@@ -72,6 +79,13 @@ func survey(ifc ifaceXDP, links map[linkKey]link.ID) ([]occupant, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			continue // detached meanwhile
 		}
+		if errors.Is(err, unix.EPERM) {
+			// BPF_PROG_GET_FD_BY_ID needs CAP_SYS_ADMIN, which nothing
+			// else needs: report what rtnetlink says.
+			o.Opaque = true
+			occ = append(occ, o)
+			continue
+		}
 		if err != nil {
 			return nil, wrapErr(fmt.Sprintf("open program id %d on %s", p.ID, ifc.Name), err)
 		}
@@ -83,6 +97,9 @@ func survey(ifc ifaceXDP, links map[linkKey]link.ID) ([]occupant, error) {
 			if m, ours, err = infoMeta(info, ifc.Index); ours {
 				o.Meta = &m
 			}
+		}
+		if errors.Is(err, unix.EPERM) {
+			o.Opaque, err = true, nil // its maps by id: as above
 		}
 		prog.Close()
 		if err != nil {
@@ -97,6 +114,10 @@ func survey(ifc ifaceXDP, links map[linkKey]link.ID) ([]occupant, error) {
 func (o occupant) describe(iface string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "XDP program %d", o.ID)
+	if o.Opaque && o.Name == "" {
+		fmt.Fprintf(&b, " (%s mode; not inspectable without CAP_SYS_ADMIN, which this process lacks, so not known to be xdpdrop's)", o.Mode)
+		return b.String()
+	}
 	if o.Name != "" {
 		fmt.Fprintf(&b, " %q", o.Name)
 	}
@@ -116,6 +137,9 @@ func (o occupant) describe(iface string) string {
 
 // howToRemove says how to remove a foreign program by hand.
 func (o occupant) howToRemove(iface string) string {
+	if o.Opaque && o.LinkID == 0 {
+		return fmt.Sprintf("`xdpdrop detach --iface %s --force` run as root", iface)
+	}
 	if o.LinkID != 0 {
 		return fmt.Sprintf("`bpftool link detach id %d`", o.LinkID)
 	}
@@ -126,7 +150,31 @@ func (o occupant) howToRemove(iface string) string {
 // occupiedError is the error for Attach on an interface that runs
 // something already; root is where ours would be pinned.
 func occupiedError(iface string, occ []occupant, root string) error {
-	for _, o := range occ {
+	// The pinned program's id tells ours from foreign without opening
+	// programs by id (which needs CAP_SYS_ADMIN).
+	var pinnedID uint32
+	var pinned occupant
+	var pinDir string
+	if p, err := loadPins(pinDirFor(root, iface)); err == nil {
+		if info, err := p.prog.Info(); err == nil {
+			id, _ := info.ID()
+			m := p.info
+			pinnedID, pinDir = uint32(id), p.dir
+			pinned = occupant{ID: pinnedID, Name: info.Name, Tag: info.Tag, Meta: &m}
+			if p.lnk != nil {
+				if li, err := p.lnk.Info(); err == nil {
+					pinned.LinkID = li.ID
+				}
+			}
+		}
+		p.close()
+	}
+	for i, o := range occ {
+		if o.Meta == nil && o.Opaque && pinnedID != 0 && o.ID == pinnedID {
+			pinned.Mode = o.Mode
+			occ[i] = pinned // known from the pins
+			continue
+		}
 		if o.Meta == nil {
 			return fmt.Errorf("attach to %s: %w: %s runs %s; remove it with %s",
 				iface, ErrForeign, iface, o.describe(iface), o.howToRemove(iface))
@@ -134,13 +182,8 @@ func occupiedError(iface string, occ []occupant, root string) error {
 	}
 	o := occ[0]
 	where := fmt.Sprintf("held by process %d, not pinned under %s", o.Meta.PID, root)
-	if p, err := loadPins(pinDirFor(root, iface)); err == nil {
-		if info, err := p.prog.Info(); err == nil {
-			if id, _ := info.ID(); uint32(id) == o.ID {
-				where = "pinned at " + p.dir
-			}
-		}
-		p.close()
+	if pinnedID != 0 && pinnedID == o.ID {
+		where = "pinned at " + pinDir
 	}
 	return fmt.Errorf("attach to %s: %w: %s runs our %s, attached %s, %s; detach it first ('xdpdrop detach --iface %s')",
 		iface, ErrAlreadyAttached, iface, o.describe(iface), o.Meta.AttachedAt.Format(time.DateTime), where, iface)

@@ -12,6 +12,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdpdrop/xdpdrop/internal/caps"
 )
 
 var errClosed = errors.New("attachment is closed")
@@ -195,7 +197,7 @@ func (a *Attachment) swap(np, old *ebpf.Program) error {
 	case errors.Is(err, unix.ENODEV):
 		return fmt.Errorf("%w: interface %s is gone", ErrNotAttached, a.iface)
 	}
-	return wrapErr("netlink replace", err)
+	return wrapNeed("netlink replace", err, caps.Of(caps.NetAdmin))
 }
 
 // Detach removes the program from the interface and removes its pins. If
@@ -220,7 +222,7 @@ func (a *Attachment) Detach() error {
 		case errors.Is(err, unix.EEXIST):
 			errs = append(errs, fmt.Errorf("%w: %s no longer runs our program, left what runs there alone", ErrForeign, a.iface))
 		default:
-			errs = append(errs, wrapErr("netlink detach", err))
+			errs = append(errs, wrapNeed("netlink detach", err, caps.Of(caps.NetAdmin)))
 		}
 	}
 	if a.pinDir != "" && !errors.Is(errors.Join(errs...), ErrNotPermitted) {

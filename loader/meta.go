@@ -10,6 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdpdrop/xdpdrop/internal/caps"
 )
 
 // metaMapName names the map that marks a program as ours and carries Meta.
@@ -63,7 +65,7 @@ func newMetaMap(m Meta) (*ebpf.Map, error) {
 		Flags: unix.BPF_F_RDONLY_PROG,
 	})
 	if err != nil {
-		return nil, wrapErr("create metadata map", err)
+		return nil, wrapNeed("create metadata map", err, caps.Of(caps.BPF))
 	}
 	val := make([]byte, size)
 	copy(val, b)

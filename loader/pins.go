@@ -67,11 +67,31 @@ func pinDirFor(root, iface string) string {
 }
 
 // ensurePinRoot makes root an owner-only directory on bpffs, mounting bpffs
-// at /sys/fs/bpf first if root is below it and nothing is mounted there.
+// at /sys/fs/bpf first if root is below it and nothing is mounted there
+// (unless this process is in a mount namespace of its own, where that
+// bpffs, and the pins in it, would vanish with the namespace). Every
+// directory on the way is checked (bpffs.CheckPath): a pin root that
+// another user made is refused.
 func ensurePinRoot(root string) error {
 	if strings.HasPrefix(root+"/", bpffs.DefaultPath+"/") {
-		if err := bpffs.Mount(bpffs.DefaultPath); err != nil {
+		ok, err := bpffs.IsBPFFS(bpffs.DefaultPath)
+		if err != nil {
 			return wrapErr("pin", err)
+		}
+		if !ok {
+			if initial, known := bpffs.InInitialMountNS(); known && !initial {
+				return fmt.Errorf("pin under %s: %w: %s is not bpffs, and this process runs in a mount namespace of its own: "+
+					"a bpffs mounted here would vanish with this namespace, and the program with it; "+
+					"mount bpffs in the host's mount namespace (mount -t bpf bpf %s there) and make it visible here (a bind mount), "+
+					"or run xdpdrop in the host's mount namespace",
+					root, ErrNoBPFFS, bpffs.DefaultPath, bpffs.DefaultPath)
+			}
+			if err := bpffs.Mount(bpffs.DefaultPath); err != nil {
+				if errors.Is(err, unix.EPERM) { // Mount says what is missing
+					return fmt.Errorf("pin: %w: %w", ErrNotPermitted, err)
+				}
+				return wrapErr("pin", err)
+			}
 		}
 	} else {
 		// The nearest existing ancestor must be bpffs: we do not mount
@@ -153,11 +173,12 @@ func (p *pinSet) close() error {
 // loadPins opens everything pinned in dir. It wraps ErrNotPinned if dir
 // does not exist, and ErrStale if it is incomplete.
 func loadPins(dir string) (_ *pinSet, err error) {
-	if _, err := os.Stat(dir); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w at %s", ErrNotPinned, dir)
-		}
+	// Owner and mode of every directory on the way first: pins that
+	// another user could have put or moved there are not ours to use.
+	if exists, err := bpffs.CheckPath(dir); err != nil {
 		return nil, wrapErr("open pins", err)
+	} else if !exists {
+		return nil, fmt.Errorf("%w at %s", ErrNotPinned, dir)
 	}
 	p := &pinSet{dir: dir, maps: map[string]*ebpf.Map{}}
 	defer func() {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
+
+	"github.com/xdpdrop/xdpdrop/internal/bpffs"
 )
 
 // IfaceStatus is what runs on one interface, or, for an interface that no
@@ -43,6 +45,12 @@ type ProgStatus struct {
 	LinkID uint32 `json:"link_id,omitempty"`
 	// Ours is set for a program attached by this package (pinned or not).
 	Ours bool `json:"ours"`
+	// Opaque is set when the program could not be inspected: opening a
+	// program by its id needs CAP_SYS_ADMIN. A pinned one is still known
+	// (Pinned, Ours and Meta come from the pins); of another, only Mode
+	// and ID are known, and Ours is false though it may be ours (a running
+	// redirect's, say).
+	Opaque bool `json:"opaque,omitempty"`
 	// Pinned is set when PinDir holds this program.
 	Pinned bool `json:"pinned"`
 	// Meta is what the attachment recorded, for ours.
@@ -71,7 +79,7 @@ func Status(iface, root string) ([]IfaceStatus, error) {
 			ifcs = []ifaceXDP{x}
 		case errors.Is(err, ErrNoInterface):
 			// Its pins may still be there.
-			if _, serr := os.Stat(pinDirFor(root, iface)); serr != nil {
+			if exists, serr := bpffs.CheckPath(pinDirFor(root, iface)); serr != nil || !exists {
 				return nil, fmt.Errorf("status: %w", err)
 			}
 		default:
@@ -104,18 +112,28 @@ func Status(iface, root string) ([]IfaceStatus, error) {
 		pinnedID, stale, why, dir := pinState(root, ifc.Name, ifc)
 		st.PinDir, st.Stale, st.StaleReason = dir, stale, why
 		for _, o := range occ {
-			ps := ProgStatus{Mode: o.Mode, ID: o.ID, Name: o.Name, Tag: o.Tag, Method: MethodNetlink, LinkID: uint32(o.LinkID)}
+			ps := ProgStatus{Mode: o.Mode, ID: o.ID, Name: o.Name, Tag: o.Tag, Method: MethodNetlink, LinkID: uint32(o.LinkID), Opaque: o.Opaque}
 			if o.LinkID != 0 {
 				ps.Method = MethodLink
 			}
 			ps.Pinned = pinnedID != 0 && pinnedID == o.ID
 			ps.Ours = o.Meta != nil || ps.Pinned
 			ps.Meta = o.Meta
-			if ps.Pinned && ps.Meta == nil {
-				// Kernel without BPF_PROG_BIND_MAP: the pinned copy.
+			if ps.Pinned && (ps.Meta == nil || o.Opaque) {
+				// Kernel without BPF_PROG_BIND_MAP, or a process that
+				// cannot open programs by id: the pins say it all.
 				if p, err := loadPins(dir); err == nil {
 					m := p.info
 					ps.Meta = &m
+					ps.Method = m.Method
+					if info, err := p.prog.Info(); err == nil {
+						ps.Name, ps.Tag = info.Name, info.Tag
+					}
+					if p.lnk != nil {
+						if li, err := p.lnk.Info(); err == nil {
+							ps.LinkID = uint32(li.ID)
+						}
+					}
 					p.close()
 				}
 			}
@@ -125,9 +143,13 @@ func Status(iface, root string) ([]IfaceStatus, error) {
 	}
 
 	// Pin directories of interfaces that are gone.
-	ents, err := os.ReadDir(root)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	var ents []os.DirEntry
+	if exists, err := bpffs.CheckPath(root); err != nil {
 		return nil, fmt.Errorf("status: %w", wrapErr("list pins", err))
+	} else if exists {
+		if ents, err = os.ReadDir(root); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("status: %w", wrapErr("list pins", err))
+		}
 	}
 	for _, e := range ents {
 		n := unescapePin(e.Name())
@@ -160,7 +182,9 @@ func Status(iface, root string) ([]IfaceStatus, error) {
 // belongs to another namespace and is not known to be dead).
 func pinState(root, name string, ifc *ifaceXDP) (progID uint32, stale bool, why, dir string) {
 	dir = pinDirFor(root, name)
-	if _, err := os.Stat(dir); err != nil {
+	if exists, err := bpffs.CheckPath(dir); err != nil {
+		return 0, false, fmt.Sprintf("pins not usable: %v", err), dir
+	} else if !exists {
 		return 0, false, "", ""
 	}
 	p, err := loadPins(dir)
@@ -206,6 +230,11 @@ func CleanStale(root string) ([]string, error) {
 // alone, and the error (wrapping ErrLocked) says who holds it.
 func CleanStaleTimeout(root string, lockTimeout time.Duration) ([]string, error) {
 	root = pinRoot(root)
+	if exists, err := bpffs.CheckPath(root); err != nil {
+		return nil, fmt.Errorf("clean stale pins: %w", wrapErr("list pins", err))
+	} else if !exists {
+		return nil, nil
+	}
 	ents, err := os.ReadDir(root)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

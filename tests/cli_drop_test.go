@@ -324,13 +324,13 @@ func TestCLIForeignProgram(t *testing.T) {
 	require.Contains(t, r.stdout, `"name": "xdp_count"`)
 }
 
-// TestCLINotRoot runs the CLI without privileges: a one-line error that
-// names what is missing.
+// TestCLINotRoot runs the CLI without privileges (with a pin root of its
+// own): a one-line error that names the capabilities it lacks.
 func TestCLINotRoot(t *testing.T) {
 	v := sandboxForCLI(t)
-	r := cliAs(t, 65534, "drop", "--iface", v.Name, "--deny", "192.0.2.0/24")
+	r := cliAs(t, serviceUID, "drop", "--iface", v.Name, "--deny", "192.0.2.0/24", "--pin-root", filepath.Join(serviceDir(t), "pins"))
 	require.Equal(t, 1, r.code, r.stderr)
-	require.Contains(t, r.stderr, "CAP_")
+	require.Contains(t, r.stderr, "this process lacks CAP_NET_ADMIN, CAP_PERFMON and CAP_BPF")
 	require.NotContains(t, r.stderr, "goroutine ")
 }
 

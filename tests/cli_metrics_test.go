@@ -19,6 +19,12 @@ import (
 func startCLI(t *testing.T, args ...string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(xdpdropBin, args...)
+	return cmd, startCmd(t, cmd)
+}
+
+// startCmd is startCLI for a prepared command (another user, say).
+func startCmd(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -40,10 +46,10 @@ func startCLI(t *testing.T, args ...string) (*exec.Cmd, string) {
 	}()
 	select {
 	case url := <-found:
-		return cmd, url
+		return url
 	case <-time.After(30 * time.Second):
 		t.Fatal("the command never said where it serves metrics")
-		return nil, ""
+		return ""
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdpdrop/xdpdrop/gen"
+	"github.com/xdpdrop/xdpdrop/internal/caps"
 )
 
 // MaxQueues is how many rx queues the redirect program serves (0..63);
@@ -139,7 +140,8 @@ func NewRedirect(opts RedirectOptions) (*Redirect, error) {
 	}
 	r := &Redirect{filtered: opts.Filters != nil}
 	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
-		return nil, fmt.Errorf("xsk: load redirect program: %w (needs CAP_BPF and CAP_NET_ADMIN; run as root)", err)
+		// CAP_NET_ADMIN for the XSKMAP, CAP_PERFMON for the verifier.
+		return nil, fmt.Errorf("xsk: load redirect program: %w%s", err, caps.Suffix(err, caps.Of(caps.BPF, caps.NetAdmin, caps.Perfmon)))
 	}
 	for q, kf := range kfilters {
 		if err := r.objs.Filters.Put(uint32(q), &kf); err != nil {

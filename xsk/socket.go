@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xdpdrop/xdpdrop/internal/caps"
 )
 
 // BindMode chooses how the socket gets frames from the driver.
@@ -276,11 +278,11 @@ func Open(opts Options) (s *Socket, err error) {
 	}
 
 	if s.fd, err = unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
-		return s, fmt.Errorf("xsk: create AF_XDP socket: %w (needs CAP_NET_RAW; run as root)", err)
+		return s, fmt.Errorf("xsk: create AF_XDP socket: %w%s", err, caps.Suffix(err, caps.Of(caps.NetRaw)))
 	}
 	if shareWith == nil {
 		if err := registerUMEM(s.fd, u.mem, uint32(u.frameSize), u.headroom, u.regFlags()); err != nil {
-			return s, fmt.Errorf("xsk: register UMEM (%d frames of %d bytes): %w", u.count, u.frameSize, err)
+			return s, fmt.Errorf("xsk: register UMEM (%d frames of %d bytes): %w%s", u.count, u.frameSize, err, memlockHint(err, uint64(u.count)*u.frameSize))
 		}
 	}
 	sizes := []struct {
@@ -586,4 +588,27 @@ func (s *Socket) teardown() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// memlockHint explains the ENOBUFS of XDP_UMEM_REG: the kernel charges a
+// UMEM to its user's RLIMIT_MEMLOCK (all their UMEMs together) unless the
+// process holds CAP_IPC_LOCK.
+func memlockHint(err error, size uint64) string {
+	if !errors.Is(err, unix.ENOBUFS) {
+		return ""
+	}
+	var lim unix.Rlimit
+	limit := "unknown"
+	if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim) == nil {
+		limit = fmt.Sprintf("%d KiB", lim.Cur>>10)
+		if lim.Cur == unix.RLIM_INFINITY {
+			limit = "unlimited"
+		}
+	}
+	have := "this process lacks CAP_IPC_LOCK"
+	if eff, err := caps.Effective(); err == nil && eff.Has(caps.IPCLock) {
+		have = "this process holds CAP_IPC_LOCK, so the kernel is short of memory"
+	}
+	return fmt.Sprintf(" (the UMEM's %d KiB are locked memory: without CAP_IPC_LOCK they count against RLIMIT_MEMLOCK, %s here, shared by all of this user's UMEMs; %s: "+
+		"grant it, raise the limit (ulimit -l, LimitMEMLOCK= in a systemd unit), or use fewer or smaller frames)", size>>10, limit, have)
 }

@@ -42,6 +42,9 @@ func writeReference(w io.Writer, root *cobra.Command) {
 	fmt.Fprintf(w, "the JSON field names shown by each command are stable.\n\n")
 	fmt.Fprintf(w, "Shell completion: `xdpdrop completion bash|zsh|fish|powershell` prints a\n")
 	fmt.Fprintf(w, "script; e.g. `xdpdrop completion bash > /etc/bash_completion.d/xdpdrop`.\n\n")
+	if f := root.PersistentFlags().FlagUsages(); strings.TrimSpace(f) != "" {
+		fmt.Fprintf(w, "Flags of every command:\n\n```\n%s```\n\n", f)
+	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		// completion is described above; its help is cobra's, with

@@ -195,25 +195,25 @@ func (a *app) drop(f *dropFlags) error {
 
 	// From the first look at the pins to the last write, no other command
 	// may change the interface.
-	lk, err := lockIface(f.iface, f.lockTimeout)
+	lk, err := a.lockIface(f.iface, f.lockTimeout)
 	if err != nil {
 		return err
 	}
 	defer lk.Unlock()
 
 	// Already ours? Replace the rules in place.
-	att, eng, err := openDrop(f.iface)
+	att, eng, err := a.openDrop(f.iface)
 	if errors.Is(err, loader.ErrStale) {
 		// Pins of an interface that went away (and perhaps came back
 		// under the same name) must not stand in the way of a new attach.
-		dir, why, rerr := loader.RemoveStalePins(f.iface, "")
+		dir, why, rerr := loader.RemoveStalePins(f.iface, a.pinRoot)
 		if rerr != nil {
 			return rerr
 		}
 		if dir != "" {
 			fmt.Fprintf(a.stderr, "xdpdrop: removed stale pins %s: %s\n", dir, why)
 		}
-		att, eng, err = openDrop(f.iface)
+		att, eng, err = a.openDrop(f.iface)
 	}
 	switch {
 	case err == nil:
@@ -242,6 +242,7 @@ func (a *app) drop(f *dropFlags) error {
 		Interface: f.iface,
 		Mode:      mode,
 		Pin:       true,
+		PinRoot:   a.pinRoot,
 		Maps:      eng.Maps(),
 		Force:     f.force,
 		Config:    map[string]string{"program": programFastdrop, "requested_mode": mode.String()},
@@ -309,8 +310,8 @@ func (a *app) printDrop(res dropResult, jsonOut bool) error {
 
 // openDrop reopens the pinned fast-drop attachment of iface and its engine.
 // It wraps loader.ErrNotPinned when nothing of ours is pinned there.
-func openDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
-	att, err := loader.Open(iface, "")
+func (a *app) openDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
+	att, err := loader.Open(iface, a.pinRoot)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -327,8 +328,8 @@ func openDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
 
 // dropRuleCount returns the number of rules of the fast drop attached to
 // iface, without reading the rules (see fastdrop.RuleCount).
-func dropRuleCount(iface string) (int, error) {
-	att, err := loader.Open(iface, "")
+func (a *app) dropRuleCount(iface string) (int, error) {
+	att, err := loader.Open(iface, a.pinRoot)
 	if err != nil {
 		return 0, err
 	}
@@ -340,8 +341,8 @@ func dropRuleCount(iface string) (int, error) {
 }
 
 // needDrop is openDrop for commands that need fast drop to be there.
-func needDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
-	att, eng, err := openDrop(iface)
+func (a *app) needDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
+	att, eng, err := a.openDrop(iface)
 	switch {
 	case errors.Is(err, loader.ErrNotPinned):
 		return nil, nil, fmt.Errorf("no fast drop on %s: attach it with 'xdpdrop drop --iface %s --rules FILE'", iface, iface)
@@ -366,13 +367,13 @@ that runs nothing of xdpdrop's succeeds and says so.`,
   xdpdrop detach --iface eth3 --force   # also a program that is not ours`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lk, err := lockIface(iface, lockTimeout)
+			lk, err := a.lockIface(iface, lockTimeout)
 			if err != nil {
 				return err
 			}
 			defer lk.Unlock()
 			detached := true
-			if err := loader.DetachInterface(iface, loader.DetachOptions{Force: force}); err != nil {
+			if err := loader.DetachInterface(iface, loader.DetachOptions{Force: force, PinRoot: a.pinRoot}); err != nil {
 				// Nothing there is what detach is for: a second detach
 				// (or one that lost the race to another) succeeds.
 				if !errors.Is(err, loader.ErrNotAttached) {

@@ -20,11 +20,11 @@ func addLockTimeout(cmd *cobra.Command, d *time.Duration) {
 
 // lockIface takes the lock of iface, waiting up to timeout. The caller
 // holds it until its last change is written.
-func lockIface(iface string, timeout time.Duration) (*loader.Lock, error) {
+func (a *app) lockIface(iface string, timeout time.Duration) (*loader.Lock, error) {
 	if timeout < 0 {
 		return nil, usagef("--lock-timeout %s: must not be negative", timeout)
 	}
-	l, err := loader.LockInterface("", iface, timeout)
+	l, err := loader.LockInterface(a.pinRoot, iface, timeout)
 	if errors.Is(err, loader.ErrLocked) {
 		return nil, fmt.Errorf("%w, or wait longer with --lock-timeout", err)
 	}

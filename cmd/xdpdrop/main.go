@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/xdpdrop/xdpdrop/loader"
 )
 
 func main() {
@@ -43,6 +45,9 @@ func usagef(format string, args ...any) error {
 // app carries what every command needs; there is no package-level state.
 type app struct {
 	stdout, stderr io.Writer
+	// pinRoot is --pin-root: the directory of per-interface pin
+	// directories ("" never: the flag defaults to loader.DefaultPinRoot).
+	pinRoot string
 }
 
 // run runs the command line args until done or ctx is canceled, and
@@ -94,6 +99,8 @@ queue is doing.`,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
 	}
+	root.PersistentFlags().StringVar(&a.pinRoot, "pin-root", loader.DefaultPinRoot,
+		"directory on bpffs that holds one directory of pins per interface (a service user needs one of its own)")
 	// Subcommands inherit this: every bad flag is a usage error (exit 2).
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(

@@ -110,12 +110,12 @@ func (a *app) exporter(ctx context.Context, addr string, ifaces []string, maxRul
 		var sts []loader.IfaceStatus
 		if len(ifaces) == 0 {
 			var err error
-			if sts, err = loader.Status("", ""); err != nil {
+			if sts, err = loader.Status("", a.pinRoot); err != nil {
 				return err
 			}
 		}
 		for _, name := range ifaces {
-			st, err := loader.Status(name, "")
+			st, err := loader.Status(name, a.pinRoot)
 			if err != nil {
 				fmt.Fprintf(a.stderr, "xdpdrop: %s\n", explain(err))
 				continue
@@ -144,7 +144,7 @@ func (a *app) exporter(ctx context.Context, addr string, ifaces []string, maxRul
 			if _, ok := opened[name]; ok {
 				continue
 			}
-			att, eng, err := openDrop(name)
+			att, eng, err := a.openDrop(name)
 			if err != nil {
 				fmt.Fprintf(a.stderr, "xdpdrop: %s\n", explain(err))
 				continue

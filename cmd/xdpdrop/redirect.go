@@ -265,7 +265,7 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 	defer func() { err = errors.Join(err, red.Close()) }()
 	// The lock is held while attaching only: the program is not pinned,
 	// and this process holds it until it exits.
-	lk, err := lockIface(f.iface, f.lockTimeout)
+	lk, err := a.lockIface(f.iface, f.lockTimeout)
 	if err != nil {
 		return err
 	}

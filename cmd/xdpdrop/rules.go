@@ -65,12 +65,12 @@ func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engin
 			}
 			// Held from reading the rules in force to writing the new set
 			// (and the reload, if the tables grow).
-			lk, err := lockIface(iface, lockTimeout)
+			lk, err := a.lockIface(iface, lockTimeout)
 			if err != nil {
 				return err
 			}
 			defer lk.Unlock()
-			att, eng, err := needDrop(iface)
+			att, eng, err := a.needDrop(iface)
 			if err != nil {
 				return err
 			}
@@ -138,12 +138,12 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			lk, err := lockIface(iface, lockTimeout)
+			lk, err := a.lockIface(iface, lockTimeout)
 			if err != nil {
 				return err
 			}
 			defer lk.Unlock()
-			att, eng, err := needDrop(iface)
+			att, eng, err := a.needDrop(iface)
 			if err != nil {
 				return err
 			}
@@ -213,7 +213,7 @@ func (a *app) rulesListCmd() *cobra.Command {
 		Short: "List the rules in force with their packet and byte counters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			att, eng, err := needDrop(iface)
+			att, eng, err := a.needDrop(iface)
 			if err != nil {
 				return err
 			}

@@ -142,8 +142,8 @@ func (s redirectSource) sample() (*ifaceStats, error) {
 }
 
 // findStatsSources opens what stats reads on iface, or on every interface.
-func findStatsSources(iface string) ([]statsSource, error) {
-	sts, err := loader.Status(iface, "")
+func (a *app) findStatsSources(iface string) ([]statsSource, error) {
+	sts, err := loader.Status(iface, a.pinRoot)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func findStatsSources(iface string) ([]statsSource, error) {
 			continue
 		}
 		if ours(st, programFastdrop) {
-			att, eng, err := needDrop(st.Interface)
+			att, eng, err := a.needDrop(st.Interface)
 			if err != nil {
 				return fail(err)
 			}
@@ -183,6 +183,16 @@ func findStatsSources(iface string) ([]statsSource, error) {
 		}
 	}
 	if len(srcs) == 0 {
+		for _, st := range sts {
+			for _, p := range st.Programs {
+				if p.Opaque && !p.Ours {
+					// A running redirect is not pinned: it is found by
+					// opening programs by id.
+					return nil, fmt.Errorf("no fast drop pinned on %s, and its XDP program %d cannot be inspected: "+
+						"opening a program by id (a running redirect's counters) needs CAP_SYS_ADMIN, which this process lacks", st.Interface, p.ID)
+				}
+			}
+		}
 		if iface != "" {
 			return nil, fmt.Errorf("neither fast drop nor redirect runs on %s: attach fast drop with 'xdpdrop drop --iface %s --rules FILE'", iface, iface)
 		}
@@ -192,7 +202,7 @@ func findStatsSources(iface string) ([]statsSource, error) {
 }
 
 func (a *app) stats(ctx context.Context, iface string, watch, jsonOut bool, interval time.Duration, top int, metricsAddr string) error {
-	srcs, err := findStatsSources(iface)
+	srcs, err := a.findStatsSources(iface)
 	if err != nil {
 		return err
 	}

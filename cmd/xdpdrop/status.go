@@ -37,7 +37,7 @@ longer exist are shown as stale; --clean removes them.`,
 				if lockTimeout < 0 {
 					return usagef("--lock-timeout %s: must not be negative", lockTimeout)
 				}
-				removed, err := loader.CleanStaleTimeout("", lockTimeout)
+				removed, err := loader.CleanStaleTimeout(a.pinRoot, lockTimeout)
 				for _, r := range removed {
 					fmt.Fprintf(a.stdout, "removed stale pins %s\n", r)
 				}
@@ -45,7 +45,7 @@ longer exist are shown as stale; --clean removes them.`,
 					return err
 				}
 			}
-			sts, err := loader.Status(iface, "")
+			sts, err := loader.Status(iface, a.pinRoot)
 			if err != nil {
 				return err
 			}
@@ -56,7 +56,7 @@ longer exist are shown as stale; --clean removes them.`,
 				}
 				row := statusRow{IfaceStatus: st}
 				if st.PinDir != "" && !st.Stale && ours(st, programFastdrop) {
-					if n, err := dropRuleCount(st.Interface); err == nil {
+					if n, err := a.dropRuleCount(st.Interface); err == nil {
 						row.Rules = &n
 					}
 				}
@@ -121,7 +121,9 @@ func details(r statusRow, p *loader.ProgStatus) string {
 			d = append(d, fmt.Sprintf("attached %s by pid %d", m.AttachedAt.Local().Format("2006-01-02 15:04:05"), m.PID))
 		}
 	}
-	if p != nil && !p.Ours {
+	if p != nil && !p.Ours && p.Opaque {
+		d = append(d, "not inspectable: opening a program by id needs CAP_SYS_ADMIN, so whether it is xdpdrop's is unknown")
+	} else if p != nil && !p.Ours {
 		d = append(d, "foreign: detach with 'xdpdrop detach --iface "+r.Interface+" --force'")
 	}
 	return strings.Join(d, ", ")

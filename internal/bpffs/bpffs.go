@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xdpdrop/xdpdrop/internal/caps"
 )
 
 // DefaultPath is where bpffs is conventionally mounted.
@@ -16,6 +18,10 @@ const DefaultPath = "/sys/fs/bpf"
 // ErrNoBPFFS reports that a path is not on bpffs and bpffs could not be
 // mounted there. Errors wrapping it say how to mount it by hand.
 var ErrNoBPFFS = errors.New("bpffs not available")
+
+// ErrUnsafe reports a directory on a pin path that another user made or
+// may change: what is pinned below it cannot be trusted, nor kept safe.
+var ErrUnsafe = errors.New("unsafe pin directory")
 
 // IsBPFFS reports whether path is on a BPF filesystem. A path that does not
 // exist is not bpffs and not an error.
@@ -64,7 +70,7 @@ func Mount(path string) error {
 	if err := unix.Mount("bpf", path, "bpf", 0, "mode=0700"); err != nil {
 		hint := howTo(path)
 		if errors.Is(err, unix.EPERM) {
-			hint = "needs CAP_SYS_ADMIN: run as root, or " + hint
+			hint = caps.Hint(caps.Of(caps.SysAdmin)) + "; or " + hint
 		}
 		return fmt.Errorf("%w: mount bpffs at %s: %w (%s)", ErrNoBPFFS, path, err, hint)
 	}
@@ -129,31 +135,4 @@ func unescape(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
-}
-
-// MkdirOwner creates dir and any missing parents with mode 0700, and makes
-// sure dir itself is owner-only even if it already existed with a wider
-// mode. dir must be on bpffs (wraps ErrNoBPFFS otherwise), so that a typo
-// in a pin root cannot pin into a tmpfs that vanishes with the process.
-func MkdirOwner(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create pin directory %s: %w", dir, err)
-	}
-	ok, err := IsBPFFS(dir)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("%w: %s is not on bpffs (%s)", ErrNoBPFFS, dir, howTo(DefaultPath))
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("stat pin directory: %w", err)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return fmt.Errorf("make %s owner-only: %w", dir, err)
-		}
-	}
-	return nil
 }

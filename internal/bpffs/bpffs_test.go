@@ -16,3 +16,20 @@ func TestUnescape(t *testing.T) {
 		}
 	}
 }
+
+func TestKernelVersion(t *testing.T) {
+	for rel, want := range map[string][2]int{
+		"6.18.44-fc-v1045": {6, 18},
+		"6.1.0-18-amd64":   {6, 1},
+		"7.0":              {7, 0},
+		"5.15rc1":          {5, 15},
+	} {
+		major, minor, ok := kernelVersion(rel)
+		if !ok || major != want[0] || minor != want[1] {
+			t.Errorf("kernelVersion(%q) = %d, %d, %v; want %v", rel, major, minor, ok, want)
+		}
+	}
+	if _, _, ok := kernelVersion("nonsense"); ok {
+		t.Error("kernelVersion(nonsense) ok")
+	}
+}
