@@ -83,7 +83,7 @@ func ensurePinRoot(root string) error {
 				return fmt.Errorf("pin under %s: %w: %s is not bpffs, and this process runs in a mount namespace of its own: "+
 					"a bpffs mounted here would vanish with this namespace, and the program with it; "+
 					"mount bpffs in the host's mount namespace (mount -t bpf bpf %s there) and make it visible here (a bind mount), "+
-					"or run xdpdrop in the host's mount namespace",
+					"or run this command in the host's mount namespace",
 					root, ErrNoBPFFS, bpffs.DefaultPath, bpffs.DefaultPath)
 			}
 			if err := bpffs.Mount(bpffs.DefaultPath); err != nil {
