@@ -423,6 +423,23 @@ func isKeyword(s string) bool {
 	return false
 }
 
+// ParsePrefix parses "ADDR/LEN" or "ADDR" (a host route) as a rule file's
+// src and dst are parsed, and refuses what a rule file refuses (host bits
+// after the length, an IPv4-mapped prefix, a zone) with the same message.
+// field names the value in the message, e.g. "--deny" for a command-line
+// flag: `--deny 192.0.2.77/24 has bits set after the prefix length; write
+// 192.0.2.0/24 (or 192.0.2.77/32 for the single address)`.
+func ParsePrefix(field, s string) (netip.Prefix, error) {
+	p, msg := parsePrefix(s)
+	if msg != "" {
+		return netip.Prefix{}, fmt.Errorf("%s %s: %s", field, s, msg)
+	}
+	if err := validatePrefix(field, p); err != nil {
+		return netip.Prefix{}, err
+	}
+	return p, nil
+}
+
 // parsePrefix parses "ADDR/LEN" or "ADDR" (a host route). It returns the
 // prefix unmasked; Rule.Validate reports host bits with a suggestion.
 func parsePrefix(s string) (netip.Prefix, string) {

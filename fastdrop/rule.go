@@ -270,6 +270,8 @@ func (r Rule) Validate() error {
 	return nil
 }
 
+// validatePrefix checks a rule's src or dst; field names it in the error
+// ("src", "dst", or a command-line flag for ParsePrefix).
 func validatePrefix(field string, p netip.Prefix) error {
 	if p == (netip.Prefix{}) {
 		return nil

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -86,9 +85,9 @@ func ruleSetFromFlags(rules string, deny []string, policy, malformed string) (*f
 		parsed = len(rs.Rules)
 	}
 	for _, d := range deny {
-		p, err := parsePrefix(d)
+		p, err := fastdrop.ParsePrefix("--deny", d)
 		if err != nil {
-			return nil, usagef("--deny %q: %v", d, err)
+			return nil, usageError{err}
 		}
 		rs.Rules = append(rs.Rules, fastdrop.PrefixRules(fastdrop.ActionDrop, []netip.Prefix{p})...)
 	}
@@ -150,22 +149,6 @@ func validateAdded(rs *fastdrop.RuleSet, n int) error {
 		}
 	}
 	return nil
-}
-
-// parsePrefix accepts a prefix or a bare address (a host route).
-func parsePrefix(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return p, fmt.Errorf("not an IPv4 or IPv6 prefix")
-		}
-		return p.Masked(), nil
-	}
-	addr, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("not an IPv4 or IPv6 address or prefix")
-	}
-	return netip.PrefixFrom(addr, addr.BitLen()), nil
 }
 
 func (a *app) drop(f *dropFlags) error {
