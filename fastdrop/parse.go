@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ParseError is an error in a rule file. Error() reads
@@ -78,6 +79,28 @@ const (
 	wantAction = "want drop, pass or redirect, or a policy or malformed line"
 )
 
+// clipped is a piece of a rule file quoted in an error message. It prints
+// (with %s or %q) at most clipLen bytes of it and then its length, so that
+// a line of a megabyte does not come back whole.
+type clipped string
+
+const clipLen = 80
+
+func (c clipped) Format(f fmt.State, verb rune) {
+	s, more := string(c), ""
+	if len(s) > clipLen {
+		n := clipLen
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s, more = s[:n], "…("+strconv.Itoa(len(c))+" bytes)"
+	}
+	if verb == 'q' {
+		s = strconv.Quote(s)
+	}
+	io.WriteString(f, s+more)
+}
+
 type parser struct {
 	name string
 	line int
@@ -121,9 +144,9 @@ func parseString(s, name string) (*RuleSet, error) {
 			a, err := ParseAction(p.toks[1])
 			if err != nil || (kw == "malformed" && a == ActionRedirect) {
 				if kw == "malformed" {
-					return nil, p.errorf("unknown malformed verdict %q (want pass or drop)", p.toks[1])
+					return nil, p.errorf("unknown malformed verdict %q (want pass or drop)", clipped(p.toks[1]))
 				}
-				return nil, p.errorf("unknown policy %q (want pass or drop; redirect in redirect programs)", p.toks[1])
+				return nil, p.errorf("unknown policy %q (want pass or drop; redirect in redirect programs)", clipped(p.toks[1]))
 			}
 			prev := &policyLine
 			if kw == "malformed" {
@@ -303,7 +326,7 @@ func (p *parser) rule(r *Rule) *ParseError {
 	r.Line = p.line
 	a, err := ParseAction(p.toks[0])
 	if err != nil {
-		return p.errorf("unknown action %q (%s)", p.toks[0], wantAction)
+		return p.errorf("unknown action %q (%s)", clipped(p.toks[0]), wantAction)
 	}
 	r.Action = a
 
@@ -335,7 +358,7 @@ func (p *parser) rule(r *Rule) *ParseError {
 			toks = toks[1:]
 			pfx, msg := parsePrefix(v)
 			if msg != "" {
-				return p.errorf("%s %s: %s", field, v, msg)
+				return p.errorf("%s %s: %s", field, clipped(v), msg)
 			}
 			*dst = pfx
 		case "proto", "tcp", "udp", "icmp", "icmpv6":
@@ -348,12 +371,12 @@ func (p *parser) rule(r *Rule) *ParseError {
 				v = field
 			}
 			if protoTok != "" {
-				return p.errorf("protocol given twice (%q, then %q; each field at most once per rule, write two rules to match either)", protoTok, v)
+				return p.errorf("protocol given twice (%q, then %q; each field at most once per rule, write two rules to match either)", clipped(protoTok), clipped(v))
 			}
 			protoTok = v
 			n, ok := parseProto(v)
 			if !ok {
-				return p.errorf("unknown protocol %q (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)", v)
+				return p.errorf("unknown protocol %q (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)", clipped(v))
 			}
 			r.Proto, r.HasProto = n, true
 		case "sport", "dport":
@@ -370,7 +393,7 @@ func (p *parser) rule(r *Rule) *ParseError {
 			toks = toks[1:]
 			pr, msg := parsePortRange(v)
 			if msg != "" {
-				return p.errorf("%s %s: %s", field, v, msg)
+				return p.errorf("%s %s: %s", field, clipped(v), msg)
 			}
 			*dst = pr
 		case "ether":
@@ -383,7 +406,7 @@ func (p *parser) rule(r *Rule) *ParseError {
 			toks = toks[1:]
 			t, msg := parseEtherType(v)
 			if msg != "" {
-				return p.errorf("ether %s: %s", v, msg)
+				return p.errorf("ether %s: %s", clipped(v), msg)
 			}
 			r.EtherType = t
 		case "frag":
@@ -395,7 +418,7 @@ func (p *parser) rule(r *Rule) *ParseError {
 			if _, err := ParseAction(field); err == nil {
 				return p.errorf("unexpected %q: the action comes first and only once per line", field)
 			}
-			return p.errorf("unknown field %q (%s)", field, wantFields)
+			return p.errorf("unknown field %q (%s)", clipped(field), wantFields)
 		}
 	}
 	return nil
@@ -432,7 +455,7 @@ func isKeyword(s string) bool {
 func ParsePrefix(field, s string) (netip.Prefix, error) {
 	p, msg := parsePrefix(s)
 	if msg != "" {
-		return netip.Prefix{}, fmt.Errorf("%s %s: %s", field, s, msg)
+		return netip.Prefix{}, fmt.Errorf("%s %s: %s", field, clipped(s), msg)
 	}
 	if err := validatePrefix(field, p); err != nil {
 		return netip.Prefix{}, err
@@ -446,17 +469,17 @@ func parsePrefix(s string) (netip.Prefix, string) {
 	as, bs, hasLen := strings.Cut(s, "/")
 	a, err := netip.ParseAddr(as)
 	if err != nil {
-		return netip.Prefix{}, fmt.Sprintf("%q is not an IPv4 or IPv6 address (want e.g. 192.0.2.0/24, 2001:db8::/32 or 192.0.2.1)", as)
+		return netip.Prefix{}, fmt.Sprintf("%q is not an IPv4 or IPv6 address (want e.g. 192.0.2.0/24, 2001:db8::/32 or 192.0.2.1)", clipped(as))
 	}
 	if a.Zone() != "" {
-		return netip.Prefix{}, "an address with a zone (%" + a.Zone() + ") cannot be matched; remove the zone"
+		return netip.Prefix{}, fmt.Sprintf("an address with a zone (%%%s) cannot be matched; remove the zone", clipped(a.Zone()))
 	}
 	if !hasLen {
 		return netip.PrefixFrom(a, a.BitLen()), ""
 	}
 	bits, ok := parseUint(bs, 3)
 	if !ok || bits > a.BitLen() {
-		return netip.Prefix{}, fmt.Sprintf("prefix length %q out of range (want 0-%d)", bs, a.BitLen())
+		return netip.Prefix{}, fmt.Sprintf("prefix length %q out of range (want 0-%d)", clipped(bs), a.BitLen())
 	}
 	return netip.PrefixFrom(a, bits), ""
 }
@@ -500,12 +523,12 @@ func parsePortRange(s string) (*PortRange, string) {
 	los, his, isRange := strings.Cut(s, "-")
 	lo, ok := parseUint(los, 5)
 	if !ok || lo > 65535 {
-		return nil, fmt.Sprintf("%q is not a port (%s)", los, want)
+		return nil, fmt.Sprintf("%q is not a port (%s)", clipped(los), want)
 	}
 	hi := lo
 	if isRange {
 		if hi, ok = parseUint(his, 5); !ok || hi > 65535 {
-			return nil, fmt.Sprintf("%q is not a port (%s)", his, want)
+			return nil, fmt.Sprintf("%q is not a port (%s)", clipped(his), want)
 		}
 		if lo > hi {
 			return nil, fmt.Sprintf("range is empty (write the lower port first: %d-%d)", hi, lo)

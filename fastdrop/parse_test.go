@@ -517,3 +517,35 @@ func BenchmarkParsePrefixes(b *testing.B) {
 		})
 	}
 }
+
+// TestParseErrorClipsLongInput: an error quotes at most 80 bytes of a
+// value from the file and then its length, however long the line is.
+func TestParseErrorClipsLongInput(t *testing.T) {
+	long := strings.Repeat("x", 1<<20)
+	for _, tc := range []struct{ line, want string }{
+		{long, `line 1: unknown action "` + long[:80] + `"…(1048576 bytes) (want drop`},
+		{"drop " + long, `line 1: unknown field "` + long[:80] + `"…(1048576 bytes) (want src`},
+		{"drop src " + long, "line 1: src " + long[:80] + `…(1048576 bytes): "` + long[:80] + `"…(1048576 bytes) is not an IPv4`},
+		{"drop src 10.0.0.0/" + long, `prefix length "` + long[:80] + `"…(1048576 bytes) out of range`},
+		{"drop src fe80::1%" + long, "an address with a zone (%" + long[:80] + "…(1048576 bytes)) cannot be matched"},
+		{"drop udp dport 1-" + long, `"` + long[:80] + `"…(1048576 bytes) is not a port`},
+		{"drop proto " + long, `unknown protocol "` + long[:80] + `"…(1048576 bytes)`},
+		{"drop ether " + long, "ether " + long[:80] + "…(1048576 bytes): unknown EtherType"},
+		{"policy " + long, `unknown policy "` + long[:80] + `"…(1048576 bytes)`},
+		// Multi-byte characters are not cut in the middle.
+		{strings.Repeat("é", 1000), `unknown action "` + strings.Repeat("é", 40) + `"…(2000 bytes)`},
+	} {
+		_, err := Parse(strings.NewReader(tc.line), "")
+		if err == nil {
+			t.Fatalf("Parse(%.40q...) accepted it", tc.line)
+		}
+		if msg := err.Error(); !strings.Contains(msg, tc.want) || len(msg) > 500 {
+			t.Errorf("Parse(%.40q...): error of %d bytes %.600q\nwant it to hold %.300q", tc.line, len(msg), msg, tc.want)
+		}
+	}
+	// Short values are quoted whole, as before.
+	_, err := Parse(strings.NewReader("drp src 10.0.0.0/8"), "")
+	if want := `line 1: unknown action "drp" (want drop`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error %v, want %q...", err, want)
+	}
+}

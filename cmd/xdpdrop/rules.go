@@ -39,11 +39,24 @@ func parseRuleArgs(args []string) ([]fastdrop.Rule, error) {
 		}
 		first := strings.Fields(arg)
 		if len(rs.Rules) != 1 || len(first) == 0 || first[0] == "policy" || first[0] == "malformed" {
-			return nil, usagef("argument %d %q: want exactly one rule, like 'drop udp dport 11211'", i+1, arg)
+			return nil, usagef("argument %d %s: want exactly one rule, like 'drop udp dport 11211'", i+1, quoteClipped(arg))
 		}
 		out = append(out, rs.Rules[0])
 	}
 	return out, nil
+}
+
+// quoteClipped quotes at most 80 bytes of s and then says how long it
+// was, as the rule-file parser's errors do.
+func quoteClipped(s string) string {
+	if len(s) <= 80 {
+		return strconv.Quote(s)
+	}
+	n := 80
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strconv.Quote(s[:n]) + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }
 
 // ruleChangeCmd makes `rules add` and `rules del`: parse the arguments as
