@@ -352,6 +352,13 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 			return err
 		}
 		last = now
+		// Detached by another process (xdpdrop detach, ip link): the
+		// sockets would wait for frames that no longer come.
+		if running, err := att.Running(); err == nil && !running {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("the redirect program is no longer attached to %s: something else detached or replaced it (xdpdrop detach, ip link); stopped", f.iface)
+		}
 	}
 	wg.Wait()
 	for i, e := range errs {
