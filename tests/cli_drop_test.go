@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -358,8 +359,74 @@ func TestCLIDemo(t *testing.T) {
 
 	_, err := netlink.LinkByName(last.Interface)
 	require.Error(t, err, "the demo's veth %s must be gone", last.Interface)
-	id := strings.TrimSuffix(strings.TrimPrefix(last.Interface, "xdd"), "a")
-	require.NoFileExists(t, "/var/run/netns/xdpdrop-"+id)
+	left, err := filepath.Glob("/run/netns/xdpdrop-" + strings.TrimSuffix(last.Interface, "a") + "-*")
+	require.NoError(t, err)
+	require.Empty(t, left, "the demo's namespace must be gone")
+}
+
+// startDemo starts a long demo and returns it once its sandbox exists,
+// with the sandbox's interface and namespace names.
+func startDemo(t *testing.T) (cmd *exec.Cmd, iface, ns string) {
+	t.Helper()
+	cmd = exec.Command(xdpdropBin, "demo", "--duration", "60s")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(os.Interrupt) // lets it remove its sandbox
+			_ = cmd.Wait()
+		}
+	})
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		// "sandbox: IF (here) <-> PEER (namespace NS)"
+		if rest, ok := strings.CutPrefix(sc.Text(), "sandbox: "); ok {
+			f := strings.Fields(rest)
+			require.Len(t, f, 6, sc.Text())
+			iface, ns = f[0], strings.TrimSuffix(f[5], ")")
+			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			return cmd, iface, ns
+		}
+	}
+	t.Fatalf("demo printed no sandbox line")
+	return nil, "", ""
+}
+
+// TestCLIDemoRemovesKilledDemosSandbox: a demo killed with SIGKILL leaves
+// its veth and namespace; the next demo removes them, and leaves alone the
+// sandbox of a demo that still runs.
+func TestCLIDemoRemovesKilledDemosSandbox(t *testing.T) {
+	testenv.RequireBPFFS(t)
+	running, runIf, runNS := startDemo(t)
+	killed, killIf, killNS := startDemo(t)
+	require.NoError(t, killed.Process.Kill())
+	_ = killed.Wait()
+	t.Cleanup(func() { // if the demo under test does not remove them
+		if l, err := netlink.LinkByName(killIf); err == nil {
+			_ = netlink.LinkDel(l)
+		}
+		_ = exec.Command("ip", "netns", "delete", killNS).Run()
+	})
+	_, err := netlink.LinkByName(killIf)
+	require.NoError(t, err, "SIGKILL leaves the veth")
+	require.FileExists(t, "/run/netns/"+killNS)
+
+	r := cli(t, "demo", "--duration", "1s", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stderr, "removed the sandbox (namespace "+killNS+" and its veth) that a demo which no longer runs left behind")
+	require.NotContains(t, r.stderr, runNS)
+	_, err = netlink.LinkByName(killIf)
+	require.Error(t, err, "the killed demo's veth %s is gone", killIf)
+	require.NoFileExists(t, "/run/netns/"+killNS)
+
+	_, err = netlink.LinkByName(runIf)
+	require.NoError(t, err, "the running demo's veth is still there")
+	require.FileExists(t, "/run/netns/"+runNS)
+	require.NoError(t, running.Process.Signal(os.Interrupt))
+	require.NoError(t, running.Wait(), "the running demo was not disturbed")
+	_, err = netlink.LinkByName(runIf)
+	require.Error(t, err, "and removed its own sandbox on exit")
 }
 
 // TestCLINoBPFFS runs drop where bpffs is absent and cannot be mounted (a
