@@ -83,6 +83,7 @@ func TestParseRule(t *testing.T) {
 		{"drop ether ipv6 icmpv6 src 2001:db8::/32", Rule{Action: ActionDrop, EtherType: 0x86dd, Proto: 58, HasProto: true, Src: pfx("2001:db8::/32")}, "drop ether ipv6 icmpv6 src 2001:db8::/32", false},
 		{"drop ether ipv4 src 10.0.0.0/8", Rule{Action: ActionDrop, EtherType: 0x0800, Src: pfx("10.0.0.0/8")}, "drop ether ipv4 src 10.0.0.0/8", false},
 		{"drop proto 44 src 10.0.0.0/8", Rule{Action: ActionDrop, Proto: 44, HasProto: true, Src: pfx("10.0.0.0/8")}, "drop proto 44 src 10.0.0.0/8", false},
+		{"drop frag proto 60 src 2001:db8::/32", Rule{Action: ActionDrop, Proto: 60, HasProto: true, Src: pfx("2001:db8::/32"), Fragment: true}, "drop proto 60 src 2001:db8::/32 frag", false},
 		{"drop src 10.0.0.0/8 # comment", Rule{Action: ActionDrop, Src: pfx("10.0.0.0/8")}, "drop src 10.0.0.0/8", true},
 		{"drop src 10.0.0.0/8#comment", Rule{Action: ActionDrop, Src: pfx("10.0.0.0/8")}, "drop src 10.0.0.0/8", true},
 		{"\t drop\tsrc  10.0.0.0/8 \r", Rule{Action: ActionDrop, Src: pfx("10.0.0.0/8")}, "drop src 10.0.0.0/8", true},
@@ -241,8 +242,8 @@ func TestParseErrors(t *testing.T) {
 		{"drop icmp src 2001:db8::/32", `rules.txt:1: icmp (protocol 1) is IPv4's ICMP and never matches IPv6 frames; use icmpv6`},
 		{"drop ether ipv6 proto 1", `rules.txt:1: icmp (protocol 1) is IPv4's ICMP and never matches IPv6 frames; use icmpv6`},
 		{"drop icmpv6 dst 10.0.0.0/8", `rules.txt:1: icmpv6 (protocol 58) never matches IPv4 frames; use icmp`},
-		{"drop proto 44 src 2001:db8::/32", `rules.txt:1: proto 44 never matches IPv6 frames: extension headers are skipped and proto is the protocol after them (use frag for fragments)`},
-		{"drop ether ipv6 proto 0", `rules.txt:1: proto 0 never matches IPv6 frames: extension headers are skipped and proto is the protocol after them (use frag for fragments)`},
+		{"drop proto 44 src 2001:db8::/32", `rules.txt:1: proto 44 matches IPv6 frames only in non-first fragments (extension headers are skipped and proto is the protocol after them; in a non-first fragment it is the fragment header's next header): add frag, as in "drop proto 44 src 2001:db8::/32 frag"`},
+		{"drop ether ipv6 proto 0", `rules.txt:1: proto 0 matches IPv6 frames only in non-first fragments (extension headers are skipped and proto is the protocol after them; in a non-first fragment it is the fragment header's next header): add frag, as in "drop ether ipv6 proto 0 frag"`},
 		// Ports.
 		{"drop dport 80", `rules.txt:1: dport needs protocol tcp or udp (write e.g. "udp dport 80")`},
 		{"drop icmp sport 1-2", `rules.txt:1: sport needs protocol tcp or udp (write e.g. "udp sport 1-2")`},

@@ -263,8 +263,13 @@ func (r Rule) Validate() error {
 			return errors.New("icmp (protocol 1) is IPv4's ICMP and never matches IPv6 frames; use icmpv6")
 		case fam == 4 && r.Proto == ProtoICMPv6:
 			return errors.New("icmpv6 (protocol 58) never matches IPv4 frames; use icmp")
-		case fam == 6 && isIPv6ExtHeader(r.Proto):
-			return fmt.Errorf("proto %d never matches IPv6 frames: extension headers are skipped and proto is the protocol after them (use frag for fragments)", r.Proto)
+		case fam == 6 && isIPv6ExtHeader(r.Proto) && !r.Fragment:
+			// Extension headers are skipped, so only a non-first fragment,
+			// whose protocol is its fragment header's next header, can have
+			// this one: say so with frag, so the rule reads as what it does.
+			withFrag := r
+			withFrag.Fragment = true
+			return fmt.Errorf("proto %d matches IPv6 frames only in non-first fragments (extension headers are skipped and proto is the protocol after them; in a non-first fragment it is the fragment header's next header): add frag, as in %q", r.Proto, withFrag.String())
 		}
 	}
 	return nil
