@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,7 +47,7 @@ var (
 // (IPv6Entries 2,097,152) 128 MiB; 2,000,000 rules on 2 CPUs 384 MiB.
 type Options struct {
 	// MaxRules is how many rules (prefix and compound) a rule set may
-	// have. Default 65,536.
+	// have. Default 65,536; at most the constant MaxRules.
 	MaxRules int
 	// IPv4Blocks is how many /24 blocks may hold IPv4 prefixes longer
 	// than /24 other than a few host routes (each needs a 256-entry tbl8
@@ -62,16 +61,51 @@ type Options struct {
 	// IPv6Entries is the size of the IPv6 prefix hash table (per half),
 	// rounded up to a power of two. IPv6 prefixes and their markers (at
 	// most one per prefix per level of the search, usually far fewer) may
-	// fill three quarters of it. Default 131,072.
+	// fill three quarters of it. Default 131,072; at most MaxIPv6Entries.
 	IPv6Entries int
 
 	// trace makes the program prepend a struct fd_trace_rec to each frame
 	// (test runs only).
 	trace bool
+	// want is what CapacityFor sized the tables for, for New's errors.
+	want struct {
+		rules, v6 int
+		set       bool
+	}
 }
 
+// The hard limits of one program. It indexes each CPU's counters and the
+// IPv6 table with a variable offset into one map value, which the kernel's
+// verifier allows up to BPF_MAX_VAR_OFF (512 MiB) only: above it the
+// program is refused ("unbounded memory access"). That is below the
+// INT_MAX bytes a map value may have, and FD_VAL_SLOT_MASK's slots.
+const (
+	maxVarOff = 1 << 29
+	// MaxRules is the largest number of rules (prefix and compound) a rule
+	// set may have, and the largest Options.MaxRules: a counter slot for
+	// each rule of two whole sets (a change holds the old and the new one).
+	MaxRules = (maxVarOff/counterSize - int(firstRule)) / 2
+	// MaxIPv6Entries is the largest Options.IPv6Entries. Prefixes and
+	// their markers may fill three quarters of it: CapacityFor counts
+	// 1.8 entries per IPv6 prefix, so about 9.3 million IPv6 prefixes fit.
+	MaxIPv6Entries = maxVarOff / v6EntSize
+)
+
+// v6EntriesPerPrefix is CapacityFor's estimate of the IPv6 table entries a
+// prefix needs: itself and its markers, at a load of 3/4.
+const v6EntriesPerPrefix = 1.8
+
+// capacityAdvice says what to do with a rule set that does not fit.
+const capacityAdvice = "aggregate adjacent prefixes into shorter ones, and leave out prefixes that a shorter one with the same action already covers"
+
+// Every slot of MaxRules fits a val's slot bits too, or this does not
+// compile.
+var _ = [1]struct{}{}[(2*MaxRules+int(firstRule)-1)/int(valSlotMask+1)]
+
 // CapacityFor returns Options that hold rs and grow times as many rules of
-// each kind again (grow >= 1; 2 doubles).
+// each kind again (grow >= 1; 2 doubles), or as much room to grow as the
+// limits (MaxRules, MaxIPv6Entries) leave. For a set beyond them, New
+// refuses the Options with an error that says so, before loading anything.
 func CapacityFor(rs *RuleSet, grow float64) Options {
 	grow = max(grow, 1)
 	var n, v6 int
@@ -104,13 +138,54 @@ func CapacityFor(rs *RuleSet, grow float64) Options {
 			sparse++
 		}
 	}
+	return capacityFor(n, v6, dense, sparse, grow)
+}
+
+// capacityFor is CapacityFor for a set of n rules, v6 of them IPv6
+// prefixes, with IPv4 prefixes longer than /24 in dense and sparse /24s.
+func capacityFor(n, v6, dense, sparse int, grow float64) Options {
 	o := Options{
 		MaxRules:       int(float64(n)*grow) + 1024,
 		IPv4Blocks:     int(float64(dense)*grow) + 256,
 		IPv4HostBlocks: int(float64(sparse)*grow) + 4096,
-		IPv6Entries:    int(1.8*float64(v6)*grow) + 1024, // prefixes and markers at a load of 3/4
+		IPv6Entries:    int(v6EntriesPerPrefix*float64(v6)*grow) + 1024,
 	}
-	return o.withDefaults()
+	o.want.rules, o.want.v6, o.want.set = n, v6, true
+	o = o.withDefaults()
+	// Less room to grow rather than none at all; a set beyond the limits
+	// keeps its own size, which New refuses.
+	if o.MaxRules > MaxRules {
+		o.MaxRules = max(MaxRules, n)
+	}
+	if o.IPv6Entries > MaxIPv6Entries && int(v6EntriesPerPrefix*float64(v6))+1024 <= MaxIPv6Entries {
+		o.IPv6Entries = MaxIPv6Entries
+	}
+	return o
+}
+
+// maxIPv6Prefixes is about how many IPv6 prefix rules fit (CapacityFor's
+// estimate of their entries at MaxIPv6Entries).
+func maxIPv6Prefixes() int {
+	per := v6EntriesPerPrefix // a variable: the quotient is not an integer
+	return int(float64(MaxIPv6Entries-1024) / per)
+}
+
+// check refuses Options beyond the program's limits.
+func (o Options) check() error {
+	if o.MaxRules > MaxRules {
+		if o.want.set {
+			return fmt.Errorf("fastdrop: %d rules: %w: one fast-drop program holds at most %d rules; %s", o.want.rules, ErrCapacity, MaxRules, capacityAdvice)
+		}
+		return fmt.Errorf("fastdrop: Options.MaxRules %d: %w: at most %d", o.MaxRules, ErrCapacity, MaxRules)
+	}
+	if o.IPv6Entries > MaxIPv6Entries {
+		if o.want.set {
+			return fmt.Errorf("fastdrop: %d IPv6 prefix rules: %w: one fast-drop program holds about %d (its IPv6 table has %d entries, for the prefixes and their search markers); %s",
+				o.want.v6, ErrCapacity, maxIPv6Prefixes(), MaxIPv6Entries, capacityAdvice)
+		}
+		return fmt.Errorf("fastdrop: Options.IPv6Entries %d: %w: at most %d", o.IPv6Entries, ErrCapacity, MaxIPv6Entries)
+	}
+	return nil
 }
 
 func (o Options) withDefaults() Options {
@@ -210,6 +285,9 @@ type Engine struct {
 // (policy pass). It does not attach the program.
 func New(opts Options) (*Engine, error) {
 	opts = opts.withDefaults()
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, fmt.Errorf("fastdrop: count possible CPUs: %w", err)
@@ -225,12 +303,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	// Room for two whole rule sets: a change gives slots to the rules it
 	// adds while those it removes still have theirs.
-	// A slot number must fit a val, and a CPU's counters one map value
-	// (at most 2 GiB).
+	// Within the limits (opts.check): a slot number fits a val, and a
+	// CPU's counters one map value the program can index.
 	nslots := 2*opts.MaxRules + int(firstRule)
-	if maxSlots := min(int(valSlotMask), math.MaxInt32/counterSize); nslots > maxSlots {
-		return nil, fmt.Errorf("fastdrop: MaxRules %d: at most %d", opts.MaxRules, (maxSlots-int(firstRule))/2)
-	}
 	spec.Maps[gen.FastdropMapFdV4Tbl8].MaxEntries = uint32(2 * opts.IPv4Blocks)
 	spec.Maps[gen.FastdropMapFdV4Sparse].MaxEntries = uint32(2 * opts.IPv4HostBlocks)
 	spec.Maps[gen.FastdropMapFdV6Tab].ValueSize = uint32(opts.IPv6Entries * v6EntSize)

@@ -18,7 +18,7 @@ type ParseError struct {
 	File string // name given to Parse, or the path given to ParseFile
 	Line int    // 1-based
 	Msg  string
-	Err  error // ErrDuplicatePrefix, ErrTooManyRules or nil
+	Err  error // ErrDuplicatePrefix, ErrTooManyRules, ErrCapacity or nil
 }
 
 func (e *ParseError) Error() string {
@@ -115,7 +115,14 @@ func parseString(s, name string) (*RuleSet, error) {
 	p := &parser{name: name, toks: make([]string, 0, 16)}
 	// Size for the common case, a long list of one rule per line.
 	lines := strings.Count(s, "\n") + 1
-	rs := &RuleSet{Rules: make([]Rule, 0, lines)}
+	if lines > MaxRules {
+		// Say so before parsing (and holding) more rules than any
+		// program can take.
+		if e := p.countRules(s); e != nil {
+			return nil, e
+		}
+	}
+	rs := &RuleSet{Rules: make([]Rule, 0, min(lines, MaxRules))}
 	var keys []uint64 // prefixKey of each prefix-only rule
 	policyLine, malformedLine, compound := 0, 0, 0
 
@@ -206,6 +213,35 @@ func parseString(s, name string) (*RuleSet, error) {
 		rs.Malformed = ActionPass
 	}
 	return rs, nil
+}
+
+// countRules reports the line of rule number MaxRules+1 of s, if it has
+// that many: the lines that are not blank, a comment, or a policy or
+// malformed line, as parseString sees them, without parsing them.
+func (p *parser) countRules(s string) *ParseError {
+	n := 0
+	for line := 1; len(s) > 0; line++ {
+		var l string
+		if i := strings.IndexByte(s, '\n'); i >= 0 {
+			l, s = s[:i], s[i+1:]
+		} else {
+			l, s = s, ""
+		}
+		if i := strings.IndexByte(l, '#'); i >= 0 {
+			l = l[:i]
+		}
+		p.toks = splitFields(p.toks[:0], l)
+		if len(p.toks) == 0 || p.toks[0] == "policy" || p.toks[0] == "malformed" {
+			continue
+		}
+		if n++; n > MaxRules {
+			p.line = line
+			e := p.errorf("too many rules: this is rule number %d, and one fast-drop program holds at most %d; %s", n, MaxRules, capacityAdvice)
+			e.Err = ErrCapacity
+			return e
+		}
+	}
+	return nil
 }
 
 // prefixKey returns a 64-bit fingerprint of p: equal prefixes have equal

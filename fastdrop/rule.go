@@ -334,13 +334,17 @@ func (rs *RuleSet) EffectiveMalformed() Action {
 // Validate checks a rule set built in code the way Parse checks a file:
 // every rule valid, no prefix twice among prefix-only rules (wraps
 // ErrDuplicatePrefix), at most MaxCompoundRules compound rules (wraps
-// ErrTooManyRules), and valid Policy and Malformed verdicts.
+// ErrTooManyRules) and MaxRules rules in all (wraps ErrCapacity), and
+// valid Policy and Malformed verdicts.
 func (rs *RuleSet) Validate() error {
 	if rs.Policy != 0 && !rs.Policy.valid() {
 		return fmt.Errorf("invalid policy %s (want pass, drop or redirect)", rs.Policy)
 	}
 	if rs.Malformed != 0 && rs.Malformed != ActionPass && rs.Malformed != ActionDrop {
 		return fmt.Errorf("invalid malformed verdict %s (want pass or drop)", rs.Malformed)
+	}
+	if len(rs.Rules) > MaxRules {
+		return fmt.Errorf("%d rules: %w: one fast-drop program holds at most %d rules; %s", len(rs.Rules), ErrCapacity, MaxRules, capacityAdvice)
 	}
 	seen := make(map[netip.Prefix]int)
 	compound := 0

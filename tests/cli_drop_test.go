@@ -8,13 +8,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf/link"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
+	"github.com/xdpdrop/xdpdrop/fastdrop"
 	"github.com/xdpdrop/xdpdrop/gen"
 	"github.com/xdpdrop/xdpdrop/internal/testenv"
 	"github.com/xdpdrop/xdpdrop/loader"
@@ -450,4 +453,45 @@ func TestCLINoBPFFS(t *testing.T) {
 	l, err := netlink.LinkByName(v.Name)
 	require.NoError(t, err)
 	require.False(t, l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached, "nothing left attached")
+}
+
+// TestCLIDropOverCapacity: a rule set beyond what one program holds is
+// refused before anything is loaded, with the limit, the count and what
+// to do (it was a verifier dump and a privilege hint), and nothing is
+// attached.
+func TestCLIDropOverCapacity(t *testing.T) {
+	v := sandboxForCLI(t)
+	// fastdrop.MaxRules+1 host routes, 10.0.0.0 upwards.
+	n := fastdrop.MaxRules + 1
+	path := filepath.Join(t.TempDir(), "big.rules")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	w := bufio.NewWriterSize(f, 1<<20)
+	line := make([]byte, 0, 32)
+	for i := range n {
+		a := 10<<24 | uint32(i)
+		line = append(line[:0], "drop src "...)
+		for j, shift := range []uint{24, 16, 8, 0} {
+			if j > 0 {
+				line = append(line, '.')
+			}
+			line = strconv.AppendUint(line, uint64(a>>shift&0xff), 10)
+		}
+		w.Write(append(line, '\n'))
+	}
+	require.NoError(t, w.Flush())
+	require.NoError(t, f.Close())
+
+	start := time.Now()
+	r := cli(t, "drop", "--iface", v.Name, "--rules", path)
+	requireOneLineError(t, r, 1, fmt.Sprintf("big.rules:%d: too many rules: this is rule number %d, and one fast-drop program holds at most %d; aggregate adjacent prefixes into shorter ones", n, n, fastdrop.MaxRules))
+	require.NotContains(t, r.stderr, "CAP_", "no privilege hint")
+	require.NotContains(t, r.stderr, "verifier")
+	t.Logf("refused in %v", time.Since(start))
+
+	l, err := netlink.LinkByName(v.Name)
+	require.NoError(t, err)
+	require.False(t, l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached, "nothing attached")
+	_, err = os.Stat(filepath.Join(loader.DefaultPinRoot, v.Name))
+	require.ErrorIs(t, err, os.ErrNotExist, "nothing pinned")
 }
