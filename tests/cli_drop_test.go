@@ -495,3 +495,18 @@ func TestCLIDropOverCapacity(t *testing.T) {
 	_, err = os.Stat(filepath.Join(loader.DefaultPinRoot, v.Name))
 	require.ErrorIs(t, err, os.ErrNotExist, "nothing pinned")
 }
+
+// TestCLIEmptyRuleFile: a rule file with no rules attaches, and says so:
+// 0 rules, policy pass, as every attach and replace message does.
+func TestCLIEmptyRuleFile(t *testing.T) {
+	v := sandboxForCLI(t)
+	empty := writeRules(t, "# nothing yet\n\n")
+	r := cli(t, "drop", "--iface", v.Name, "--rules", empty)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "attached fast drop to "+v.Name)
+	require.Contains(t, r.stdout, ": 0 rules (0 compound, 0 prefix), policy pass, malformed pass")
+
+	r = cli(t, "rules", "replace", "--iface", v.Name, "--rules", empty)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "replaced the rule set on "+v.Name+": 0 rules (0 compound, 0 prefix), policy pass, malformed pass\n", r.stdout)
+}

@@ -232,11 +232,13 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 		}
 	}
 	ropts := xsk.RedirectOptions{Queues: queues}
+	filterNote := ""
 	if f.filter != "" {
 		filt, err := filterFromRules(f.filter)
 		if err != nil {
 			return err
 		}
+		filterNote = fmt.Sprintf(", filter %s: %d rules, policy %s", f.filter, len(filt.Rules), filt.Default)
 		ropts.Filters = map[int]xsk.Filter{}
 		for _, q := range queues {
 			ropts.Filters[q] = filt
@@ -300,8 +302,8 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 		if socks[0].ZeroCopy() {
 			zc = "zero-copy"
 		}
-		fmt.Fprintf(a.stdout, "redirecting queues %v of %s (%s mode, %s) to AF_XDP, action %s; Ctrl-C stops\n",
-			queues, f.iface, att.Mode(), zc, f.action)
+		fmt.Fprintf(a.stdout, "redirecting queues %v of %s (%s mode, %s) to AF_XDP, action %s%s; Ctrl-C stops\n",
+			queues, f.iface, att.Mode(), zc, f.action, filterNote)
 	}
 	if f.metricsAddr != "" {
 		col := metrics.NewXSKCollector()

@@ -151,7 +151,14 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("replace the rules on %s: %w", iface, err)
 				}
-				fmt.Fprintf(a.stdout, "replaced the rule set on %s: %d rules\n", iface, len(rs.Rules))
+				prefixes := 0
+				for i := range rs.Rules {
+					if rs.Rules[i].IsPrefixOnly() {
+						prefixes++
+					}
+				}
+				fmt.Fprintf(a.stdout, "replaced the rule set on %s: %d rules (%d compound, %d prefix), policy %s, malformed %s\n",
+					iface, len(rs.Rules), len(rs.Rules)-prefixes, prefixes, rs.EffectivePolicy(), rs.EffectiveMalformed())
 				if reloaded {
 					fmt.Fprintln(a.stdout, reloadedNote)
 				}
