@@ -107,8 +107,14 @@ var _ = [1]struct{}{}[(2*MaxRules+int(firstRule)-1)/int(valSlotMask+1)]
 // limits (MaxRules, MaxIPv6Entries) leave. For a set beyond them, New
 // refuses the Options with an error that says so, before loading anything.
 func CapacityFor(rs *RuleSet, grow float64) Options {
-	grow = max(grow, 1)
-	var n, v6 int
+	n, v6, dense, sparse := setCounts(rs)
+	return capacityFor(n, v6, dense, sparse, max(grow, 1))
+}
+
+// setCounts counts what sizes the tables for rs: its rules, its IPv6
+// prefix rules, and the /24s whose IPv4 prefix rules longer than /24 need
+// a tbl8 group (dense) or a sparse group.
+func setCounts(rs *RuleSet) (n, v6, dense, sparse int) {
 	// Per /24 with longer prefixes: its host routes, or -1 if it holds a
 	// /25-/31 (then it needs a tbl8 group, as it does with too many hosts).
 	blocks := make(map[uint32]int)
@@ -130,7 +136,6 @@ func CapacityFor(rs *RuleSet, grow float64) Options {
 			v6++
 		}
 	}
-	var dense, sparse int
 	for _, h := range blocks {
 		if h < 0 || h > sparseMax {
 			dense++
@@ -138,7 +143,7 @@ func CapacityFor(rs *RuleSet, grow float64) Options {
 			sparse++
 		}
 	}
-	return capacityFor(n, v6, dense, sparse, grow)
+	return n, v6, dense, sparse
 }
 
 // capacityFor is CapacityFor for a set of n rules, v6 of them IPv6
@@ -234,9 +239,8 @@ type Engine struct {
 	prog *ebpf.Program
 	maps map[string]*ebpf.Map
 	mem  struct {
-		main                              *ebpf.Memory
-		ctl, cls, tbl24                   memSection // parts of main
-		tbl8, sparse, v6, counters, rules *ebpf.Memory
+		ctl, cls, tbl24                   *mapMem // parts of fd_main
+		tbl8, sparse, v6, counters, rules *mapMem
 	}
 	syncOuter, syncInner *ebpf.Map
 	lockDir              *os.File
@@ -409,11 +413,11 @@ func RuleCount(pinDir string) (int, error) {
 		return 0, fmt.Errorf("fastdrop: open pinned map %s in %s: %w", gen.FastdropMapFdMain, pinDir, err)
 	}
 	defer m.Close()
-	mem, err := m.Memory()
+	ctl, err := newMapMem(m, 0, 64<<10, 2)
 	if err != nil {
-		return 0, fmt.Errorf("fastdrop: map %s into memory: %w", gen.FastdropMapFdMain, err)
+		return 0, fmt.Errorf("fastdrop: %w", err)
 	}
-	ctl := memSection{mem, 0}
+	defer ctl.release()
 	st, err := readState(ctl)
 	if err != nil {
 		return 0, err
@@ -440,27 +444,31 @@ func (e *Engine) setup() error {
 	e.groups = int(e.maps[gen.FastdropMapFdV4Tbl8].MaxEntries()) // the shared pool
 	e.sparse = int(e.maps[gen.FastdropMapFdV4Sparse].MaxEntries())
 	e.v6cap = int(e.maps[gen.FastdropMapFdV6Tab].ValueSize()) / v6EntSize
+	// The maps' memory is mapped a window at a time (see mapMem). Offsets
+	// in cls and tbl24 start with h*halfSize for half h. A change to the
+	// counters of a slot touches each CPU's row and the retired slots at
+	// its start: a window for each.
 	for _, m := range []struct {
-		name string
-		mem  **ebpf.Memory
+		name         string
+		mem          **mapMem
+		base         int64
+		window, nwin int
 	}{
-		{gen.FastdropMapFdMain, &e.mem.main},
-		{gen.FastdropMapFdV4Tbl8, &e.mem.tbl8},
-		{gen.FastdropMapFdV4Sparse, &e.mem.sparse},
-		{gen.FastdropMapFdV6Tab, &e.mem.v6},
-		{gen.FastdropMapFdCounters, &e.mem.counters},
-		{gen.FastdropMapFdRules, &e.mem.rules},
+		{gen.FastdropMapFdMain, &e.mem.ctl, 0, 64 << 10, 4},
+		{gen.FastdropMapFdMain, &e.mem.cls, mainHalf + halfCls, 1 << 20, 4},
+		{gen.FastdropMapFdMain, &e.mem.tbl24, mainHalf + halfTbl24, 1 << 20, 4},
+		{gen.FastdropMapFdV4Tbl8, &e.mem.tbl8, 0, 1 << 20, 4},
+		{gen.FastdropMapFdV4Sparse, &e.mem.sparse, 0, 1 << 20, 4},
+		{gen.FastdropMapFdV6Tab, &e.mem.v6, 0, 1 << 20, 4},
+		{gen.FastdropMapFdCounters, &e.mem.counters, 0, 64 << 10, 2*e.ncpu + 2},
+		{gen.FastdropMapFdRules, &e.mem.rules, 0, 1 << 20, 4},
 	} {
-		mm, err := e.maps[m.name].Memory()
+		mm, err := newMapMem(e.maps[m.name], m.base, m.window, m.nwin)
 		if err != nil {
-			return fmt.Errorf("fastdrop: map %s into memory: %w", m.name, err)
+			return fmt.Errorf("fastdrop: %w", err)
 		}
 		*m.mem = mm
 	}
-	// Offsets in cls and tbl24 start with h*halfSize for half h.
-	e.mem.ctl = memSection{e.mem.main, 0}
-	e.mem.cls = memSection{e.mem.main, mainHalf + halfCls}
-	e.mem.tbl24 = memSection{e.mem.main, mainHalf + halfTbl24}
 	// Updating a map-in-map waits for an RCU grace period (the kernel's
 	// maybe_wait_bpf_programs), that is until every program run that
 	// started before has ended. That is the wait between flipping the
@@ -537,7 +545,8 @@ func (e *Engine) Maps() map[string]*ebpf.Map {
 }
 
 // Close releases the program and maps (the kernel keeps what is pinned or
-// attached).
+// attached), and the engine's copies of the tables. Closing it again does
+// nothing.
 func (e *Engine) Close() error {
 	var errs []error
 	if e.prog != nil {
@@ -553,6 +562,11 @@ func (e *Engine) Close() error {
 	}
 	if e.lockDir != nil {
 		errs = append(errs, e.lockDir.Close())
+		e.lockDir = nil
+	}
+	e.rules, e.slots, e.prefixSlot, e.textSlot = nil, nil, nil, nil
+	for _, m := range []*mapMem{e.mem.ctl, e.mem.cls, e.mem.tbl24, e.mem.tbl8, e.mem.sparse, e.mem.v6, e.mem.counters, e.mem.rules} {
+		errs = append(errs, m.release())
 	}
 	errs = append(errs, e.closeTables())
 	return errors.Join(errs...)
@@ -583,9 +597,36 @@ func (e *Engine) Policy() (policy, malformed Action, err error) {
 // Apply replaces the whole rule set, atomically: every frame is judged by
 // the old set or by rs. Rules that stay (same text) keep their counters.
 func (e *Engine) Apply(rs *RuleSet) error {
+	if err := e.fitsWhole(rs); err != nil {
+		return err
+	}
 	return e.change(func() (*plan, error) {
 		return e.planApply(rs.Rules, rs.EffectivePolicy(), rs.EffectiveMalformed()), nil
 	})
+}
+
+// fitsWhole reports (wrapping ErrCapacity) a rule set too big for the
+// tables this engine was loaded with, from its counts alone: before the
+// rule set in force is read back and the tables are built, which for
+// millions of rules takes seconds and hundreds of MiB only to find that
+// the program must be loaded again with bigger tables. A set that passes
+// may still be found too big by the compile (IPv6 markers, the groups of
+// the old set, which a change keeps beside the new one's).
+func (e *Engine) fitsWhole(rs *RuleSet) error {
+	n, v6, dense, sparse := setCounts(rs)
+	if maxRules := (e.nslots - int(firstRule)) / 2; n > maxRules {
+		return fmt.Errorf("fastdrop: %d rules: %w (raise Options.MaxRules, now %d)", n, ErrCapacity, maxRules)
+	}
+	if dense > e.groups/2 {
+		return fmt.Errorf("fastdrop: IPv4 prefixes longer than /24 in %d different /24s: %w (raise Options.IPv4Blocks, now %d)", dense, ErrCapacity, e.groups/2)
+	}
+	if sparse > e.sparse/2 {
+		return fmt.Errorf("fastdrop: IPv4 host routes in %d different /24s: %w (raise Options.IPv4HostBlocks, now %d)", sparse, ErrCapacity, e.sparse/2)
+	}
+	if v6 > e.v6cap/4*3 {
+		return fmt.Errorf("fastdrop: %d IPv6 prefixes: %w (raise Options.IPv6Entries, now %d)", v6, ErrCapacity, e.v6cap)
+	}
+	return nil
 }
 
 // Add appends rules to the rule set: compound rules after the existing
@@ -816,16 +857,23 @@ func (e *Engine) check(p *plan) error {
 			return fmt.Errorf("policy %s: %w", a, ErrUnsupportedAction)
 		}
 	}
-	check := p.added
-	if p.whole {
-		check = nil
-		for i := range p.rules {
-			check = append(check, i)
-		}
-	}
-	for _, i := range check {
+	dropOrPass := func(i int) error {
 		if a := p.rules[i].Action; a != ActionDrop && a != ActionPass {
 			return fmt.Errorf("rule %s: %w", p.rules[i].String(), ErrUnsupportedAction)
+		}
+		return nil
+	}
+	if p.whole {
+		for i := range p.rules {
+			if err := dropOrPass(i); err != nil {
+				return err
+			}
+		}
+	} else {
+		for _, i := range p.added {
+			if err := dropOrPass(i); err != nil {
+				return err
+			}
 		}
 	}
 	if maxRules := (e.nslots - int(firstRule)) / 2; len(p.rules) > maxRules {
@@ -845,15 +893,6 @@ func (e *Engine) refreshLocked() error {
 	}
 	return e.loadLocked()
 }
-
-// memSection is the part of a map's memory from off on.
-type memSection struct {
-	mem *ebpf.Memory
-	off int64
-}
-
-func (s memSection) ReadAt(p []byte, off int64) (int, error)  { return s.mem.ReadAt(p, s.off+off) }
-func (s memSection) WriteAt(p []byte, off int64) (int, error) { return s.mem.WriteAt(p, s.off+off) }
 
 // The state is at the start of fd_main, and half h's fd_conf at the start
 // of its struct fd_half.

@@ -179,7 +179,7 @@ func (a *app) drop(f *dropFlags) error {
 	case err == nil:
 		defer att.Close()
 		defer eng.Close()
-		reloaded, err := reloadIfFull(att, eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
+		reloaded, err := reloadIfFull(att, eng, eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
 		res.Reloaded = reloaded
 		if err != nil {
 			return fmt.Errorf("replace the rules on %s: %w", f.iface, err)
@@ -219,12 +219,15 @@ const reloadedNote = "(the rules outgrew the tables the program was loaded with:
 // reloadIfFull passes err on, unless it says the tables the program was
 // loaded with are full (they are sized at load): then it loads the program
 // again for the rule set that set returns and swaps it in (reloadDrop).
-func reloadIfFull(att *loader.Attachment, err error, set func() (*fastdrop.RuleSet, error)) (reloaded bool, _ error) {
+// The old engine is closed first, so that its copies of the tables (of
+// millions of rules, perhaps) are not held beside the new ones.
+func reloadIfFull(att *loader.Attachment, old *fastdrop.Engine, err error, set func() (*fastdrop.RuleSet, error)) (reloaded bool, _ error) {
 	if !errors.Is(err, fastdrop.ErrCapacity) {
 		return false, err
 	}
 	rs, err := set()
 	if err == nil {
+		old.Close()
 		err = reloadDrop(att, rs)
 	}
 	return err == nil, err

@@ -83,7 +83,7 @@ func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engin
 			err = change(eng, rules...)
 			reloaded := false
 			if grows {
-				reloaded, err = reloadIfFull(att, err, func() (*fastdrop.RuleSet, error) {
+				reloaded, err = reloadIfFull(att, eng, err, func() (*fastdrop.RuleSet, error) {
 					rs, err := eng.RuleSet()
 					if err == nil {
 						// Appended, as Add does: compound rules go last.
@@ -147,7 +147,7 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 			defer att.Close()
 			defer eng.Close()
 			if rs != nil {
-				reloaded, err := reloadIfFull(att, eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
+				reloaded, err := reloadIfFull(att, eng, eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
 				if err != nil {
 					return fmt.Errorf("replace the rules on %s: %w", iface, err)
 				}
