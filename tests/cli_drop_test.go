@@ -287,7 +287,8 @@ func TestCLIDropBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"drop", "--iface", v.Name, "--deny", "192.0.2.0/33"}, `--deny "192.0.2.0/33"`},
+		{[]string{"drop", "--iface", v.Name, "--deny", "192.0.2.0/33"}, `--deny 192.0.2.0/33: prefix length "33" out of range (want 0-32)`},
+		{[]string{"drop", "--iface", v.Name, "--deny", "192.0.2.77/24"}, "--deny 192.0.2.77/24 has bits set after the prefix length; write 192.0.2.0/24"},
 		{[]string{"drop", "--iface", v.Name, "--deny", "1.2.3.4", "--mode", "turbo"}, `--mode "turbo"`},
 		{[]string{"drop", "--iface", v.Name, "--deny", "1.2.3.4", "--policy", "maybe"}, `--policy "maybe": want pass or drop`},
 		{[]string{"drop", "--iface", v.Name}, "give rules"},
