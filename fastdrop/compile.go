@@ -152,6 +152,9 @@ func validateRules(rules []Rule, policy, malformed Action) error {
 	if err := (&RuleSet{Policy: policy, Malformed: malformed}).Validate(); err != nil {
 		return err
 	}
+	if len(rules) > MaxRules {
+		return fmt.Errorf("%d rules: %w: one fast-drop program holds at most %d rules; %s", len(rules), ErrCapacity, MaxRules, capacityAdvice)
+	}
 	workers := min(runtime.GOMAXPROCS(0), max(1, len(rules)/50_000))
 	firstBad := make([]int, workers)
 	errs := make([]error, workers)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,7 +48,7 @@ var (
 // (IPv6Entries 2,097,152) 128 MiB; 2,000,000 rules on 2 CPUs 384 MiB.
 type Options struct {
 	// MaxRules is how many rules (prefix and compound) a rule set may
-	// have. Default 65,536.
+	// have. Default 65,536; at most the constant MaxRules.
 	MaxRules int
 	// IPv4Blocks is how many /24 blocks may hold IPv4 prefixes longer
 	// than /24 other than a few host routes (each needs a 256-entry tbl8
@@ -63,19 +62,60 @@ type Options struct {
 	// IPv6Entries is the size of the IPv6 prefix hash table (per half),
 	// rounded up to a power of two. IPv6 prefixes and their markers (at
 	// most one per prefix per level of the search, usually far fewer) may
-	// fill three quarters of it. Default 131,072.
+	// fill three quarters of it. Default 131,072; at most MaxIPv6Entries.
 	IPv6Entries int
 
 	// trace makes the program prepend a struct fd_trace_rec to each frame
 	// (test runs only).
 	trace bool
+	// want is what CapacityFor sized the tables for, for New's errors.
+	want struct {
+		rules, v6 int
+		set       bool
+	}
 }
 
+// The hard limits of one program. It indexes each CPU's counters and the
+// IPv6 table with a variable offset into one map value, which the kernel's
+// verifier allows up to BPF_MAX_VAR_OFF (512 MiB) only: above it the
+// program is refused ("unbounded memory access"). That is below the
+// INT_MAX bytes a map value may have, and FD_VAL_SLOT_MASK's slots.
+const (
+	maxVarOff = 1 << 29
+	// MaxRules is the largest number of rules (prefix and compound) a rule
+	// set may have, and the largest Options.MaxRules: a counter slot for
+	// each rule of two whole sets (a change holds the old and the new one).
+	MaxRules = (maxVarOff/counterSize - int(firstRule)) / 2
+	// MaxIPv6Entries is the largest Options.IPv6Entries. Prefixes and
+	// their markers may fill three quarters of it: CapacityFor counts
+	// 1.8 entries per IPv6 prefix, so about 9.3 million IPv6 prefixes fit.
+	MaxIPv6Entries = maxVarOff / v6EntSize
+)
+
+// v6EntriesPerPrefix is CapacityFor's estimate of the IPv6 table entries a
+// prefix needs: itself and its markers, at a load of 3/4.
+const v6EntriesPerPrefix = 1.8
+
+// capacityAdvice says what to do with a rule set that does not fit.
+const capacityAdvice = "aggregate adjacent prefixes into shorter ones, and leave out prefixes that a shorter one with the same action already covers"
+
+// Every slot of MaxRules fits a val's slot bits too, or this does not
+// compile.
+var _ = [1]struct{}{}[(2*MaxRules+int(firstRule)-1)/int(valSlotMask+1)]
+
 // CapacityFor returns Options that hold rs and grow times as many rules of
-// each kind again (grow >= 1; 2 doubles).
+// each kind again (grow >= 1; 2 doubles), or as much room to grow as the
+// limits (MaxRules, MaxIPv6Entries) leave. For a set beyond them, New
+// refuses the Options with an error that says so, before loading anything.
 func CapacityFor(rs *RuleSet, grow float64) Options {
-	grow = max(grow, 1)
-	var n, v6 int
+	n, v6, dense, sparse := setCounts(rs)
+	return capacityFor(n, v6, dense, sparse, max(grow, 1))
+}
+
+// setCounts counts what sizes the tables for rs: its rules, its IPv6
+// prefix rules, and the /24s whose IPv4 prefix rules longer than /24 need
+// a tbl8 group (dense) or a sparse group.
+func setCounts(rs *RuleSet) (n, v6, dense, sparse int) {
 	// Per /24 with longer prefixes: its host routes, or -1 if it holds a
 	// /25-/31 (then it needs a tbl8 group, as it does with too many hosts).
 	blocks := make(map[uint32]int)
@@ -97,7 +137,6 @@ func CapacityFor(rs *RuleSet, grow float64) Options {
 			v6++
 		}
 	}
-	var dense, sparse int
 	for _, h := range blocks {
 		if h < 0 || h > sparseMax {
 			dense++
@@ -105,13 +144,54 @@ func CapacityFor(rs *RuleSet, grow float64) Options {
 			sparse++
 		}
 	}
+	return n, v6, dense, sparse
+}
+
+// capacityFor is CapacityFor for a set of n rules, v6 of them IPv6
+// prefixes, with IPv4 prefixes longer than /24 in dense and sparse /24s.
+func capacityFor(n, v6, dense, sparse int, grow float64) Options {
 	o := Options{
 		MaxRules:       int(float64(n)*grow) + 1024,
 		IPv4Blocks:     int(float64(dense)*grow) + 256,
 		IPv4HostBlocks: int(float64(sparse)*grow) + 4096,
-		IPv6Entries:    int(1.8*float64(v6)*grow) + 1024, // prefixes and markers at a load of 3/4
+		IPv6Entries:    int(v6EntriesPerPrefix*float64(v6)*grow) + 1024,
 	}
-	return o.withDefaults()
+	o.want.rules, o.want.v6, o.want.set = n, v6, true
+	o = o.withDefaults()
+	// Less room to grow rather than none at all; a set beyond the limits
+	// keeps its own size, which New refuses.
+	if o.MaxRules > MaxRules {
+		o.MaxRules = max(MaxRules, n)
+	}
+	if o.IPv6Entries > MaxIPv6Entries && int(v6EntriesPerPrefix*float64(v6))+1024 <= MaxIPv6Entries {
+		o.IPv6Entries = MaxIPv6Entries
+	}
+	return o
+}
+
+// maxIPv6Prefixes is about how many IPv6 prefix rules fit (CapacityFor's
+// estimate of their entries at MaxIPv6Entries).
+func maxIPv6Prefixes() int {
+	per := v6EntriesPerPrefix // a variable: the quotient is not an integer
+	return int(float64(MaxIPv6Entries-1024) / per)
+}
+
+// check refuses Options beyond the program's limits.
+func (o Options) check() error {
+	if o.MaxRules > MaxRules {
+		if o.want.set {
+			return fmt.Errorf("fastdrop: %d rules: %w: one fast-drop program holds at most %d rules; %s", o.want.rules, ErrCapacity, MaxRules, capacityAdvice)
+		}
+		return fmt.Errorf("fastdrop: Options.MaxRules %d: %w: at most %d", o.MaxRules, ErrCapacity, MaxRules)
+	}
+	if o.IPv6Entries > MaxIPv6Entries {
+		if o.want.set {
+			return fmt.Errorf("fastdrop: %d IPv6 prefix rules: %w: one fast-drop program holds about %d (its IPv6 table has %d entries, for the prefixes and their search markers); %s",
+				o.want.v6, ErrCapacity, maxIPv6Prefixes(), MaxIPv6Entries, capacityAdvice)
+		}
+		return fmt.Errorf("fastdrop: Options.IPv6Entries %d: %w: at most %d", o.IPv6Entries, ErrCapacity, MaxIPv6Entries)
+	}
+	return nil
 }
 
 func (o Options) withDefaults() Options {
@@ -160,10 +240,9 @@ type Engine struct {
 	prog *ebpf.Program
 	maps map[string]*ebpf.Map
 	mem  struct {
-		main                              *ebpf.Memory
-		ctl, cls, tbl24                   memSection  // parts of main
-		active                            *activeWord // state.active in main, stored atomically
-		tbl8, sparse, v6, counters, rules *ebpf.Memory
+		ctl, cls, tbl24                   *mapMem // parts of fd_main
+		tbl8, sparse, v6, counters, rules *mapMem
+		active                            *activeWord // state.active in fd_main, stored atomically
 	}
 	syncOuter, syncInner *ebpf.Map
 	lockDir              *os.File
@@ -212,6 +291,9 @@ type Engine struct {
 // (policy pass). It does not attach the program.
 func New(opts Options) (*Engine, error) {
 	opts = opts.withDefaults()
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, fmt.Errorf("fastdrop: count possible CPUs: %w", err)
@@ -227,12 +309,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	// Room for two whole rule sets: a change gives slots to the rules it
 	// adds while those it removes still have theirs.
-	// A slot number must fit a val, and a CPU's counters one map value
-	// (at most 2 GiB).
+	// Within the limits (opts.check): a slot number fits a val, and a
+	// CPU's counters one map value the program can index.
 	nslots := 2*opts.MaxRules + int(firstRule)
-	if maxSlots := min(int(valSlotMask), math.MaxInt32/counterSize); nslots > maxSlots {
-		return nil, fmt.Errorf("fastdrop: MaxRules %d: at most %d", opts.MaxRules, (maxSlots-int(firstRule))/2)
-	}
 	spec.Maps[gen.FastdropMapFdV4Tbl8].MaxEntries = uint32(2 * opts.IPv4Blocks)
 	spec.Maps[gen.FastdropMapFdV4Sparse].MaxEntries = uint32(2 * opts.IPv4HostBlocks)
 	spec.Maps[gen.FastdropMapFdV6Tab].ValueSize = uint32(opts.IPv6Entries * v6EntSize)
@@ -335,11 +414,11 @@ func RuleCount(pinDir string) (int, error) {
 		return 0, fmt.Errorf("fastdrop: open pinned map %s in %s: %w", gen.FastdropMapFdMain, pinDir, err)
 	}
 	defer m.Close()
-	mem, err := m.Memory()
+	ctl, err := newMapMem(m, 0, 64<<10, 2)
 	if err != nil {
-		return 0, fmt.Errorf("fastdrop: map %s into memory: %w", gen.FastdropMapFdMain, err)
+		return 0, fmt.Errorf("fastdrop: %w", err)
 	}
-	ctl := memSection{mem, 0}
+	defer ctl.release()
 	st, err := readState(ctl)
 	if err != nil {
 		return 0, err
@@ -366,20 +445,28 @@ func (e *Engine) setup() error {
 	e.groups = int(e.maps[gen.FastdropMapFdV4Tbl8].MaxEntries()) // the shared pool
 	e.sparse = int(e.maps[gen.FastdropMapFdV4Sparse].MaxEntries())
 	e.v6cap = int(e.maps[gen.FastdropMapFdV6Tab].ValueSize()) / v6EntSize
+	// The maps' memory is mapped a window at a time (see mapMem). Offsets
+	// in cls and tbl24 start with h*halfSize for half h. A change to the
+	// counters of a slot touches each CPU's row and the retired slots at
+	// its start: a window for each.
 	for _, m := range []struct {
-		name string
-		mem  **ebpf.Memory
+		name         string
+		mem          **mapMem
+		base         int64
+		window, nwin int
 	}{
-		{gen.FastdropMapFdMain, &e.mem.main},
-		{gen.FastdropMapFdV4Tbl8, &e.mem.tbl8},
-		{gen.FastdropMapFdV4Sparse, &e.mem.sparse},
-		{gen.FastdropMapFdV6Tab, &e.mem.v6},
-		{gen.FastdropMapFdCounters, &e.mem.counters},
-		{gen.FastdropMapFdRules, &e.mem.rules},
+		{gen.FastdropMapFdMain, &e.mem.ctl, 0, 64 << 10, 4},
+		{gen.FastdropMapFdMain, &e.mem.cls, mainHalf + halfCls, 1 << 20, 4},
+		{gen.FastdropMapFdMain, &e.mem.tbl24, mainHalf + halfTbl24, 1 << 20, 4},
+		{gen.FastdropMapFdV4Tbl8, &e.mem.tbl8, 0, 1 << 20, 4},
+		{gen.FastdropMapFdV4Sparse, &e.mem.sparse, 0, 1 << 20, 4},
+		{gen.FastdropMapFdV6Tab, &e.mem.v6, 0, 1 << 20, 4},
+		{gen.FastdropMapFdCounters, &e.mem.counters, 0, 64 << 10, 2*e.ncpu + 2},
+		{gen.FastdropMapFdRules, &e.mem.rules, 0, 1 << 20, 4},
 	} {
-		mm, err := e.maps[m.name].Memory()
+		mm, err := newMapMem(e.maps[m.name], m.base, m.window, m.nwin)
 		if err != nil {
-			return fmt.Errorf("fastdrop: map %s into memory: %w", m.name, err)
+			return fmt.Errorf("fastdrop: %w", err)
 		}
 		*m.mem = mm
 	}
@@ -387,10 +474,6 @@ func (e *Engine) setup() error {
 	if e.mem.active, err = mapActiveWord(e.maps[gen.FastdropMapFdMain]); err != nil {
 		return fmt.Errorf("fastdrop: %w", err)
 	}
-	// Offsets in cls and tbl24 start with h*halfSize for half h.
-	e.mem.ctl = memSection{e.mem.main, 0}
-	e.mem.cls = memSection{e.mem.main, mainHalf + halfCls}
-	e.mem.tbl24 = memSection{e.mem.main, mainHalf + halfTbl24}
 	return nil
 }
 
@@ -477,7 +560,8 @@ func (e *Engine) Maps() map[string]*ebpf.Map {
 }
 
 // Close releases the program and maps (the kernel keeps what is pinned or
-// attached).
+// attached), and the engine's copies of the tables. Closing it again does
+// nothing.
 func (e *Engine) Close() error {
 	var errs []error
 	if e.prog != nil {
@@ -493,6 +577,11 @@ func (e *Engine) Close() error {
 	}
 	if e.lockDir != nil {
 		errs = append(errs, e.lockDir.Close())
+		e.lockDir = nil
+	}
+	e.rules, e.slots, e.prefixSlot, e.textSlot = nil, nil, nil, nil
+	for _, m := range []*mapMem{e.mem.ctl, e.mem.cls, e.mem.tbl24, e.mem.tbl8, e.mem.sparse, e.mem.v6, e.mem.counters, e.mem.rules} {
+		errs = append(errs, m.release())
 	}
 	errs = append(errs, e.mem.active.close())
 	errs = append(errs, e.closeTables())
@@ -524,9 +613,36 @@ func (e *Engine) Policy() (policy, malformed Action, err error) {
 // Apply replaces the whole rule set, atomically: every frame is judged by
 // the old set or by rs. Rules that stay (same text) keep their counters.
 func (e *Engine) Apply(rs *RuleSet) error {
+	if err := e.fitsWhole(rs); err != nil {
+		return err
+	}
 	return e.change(func() (*plan, error) {
 		return e.planApply(rs.Rules, rs.EffectivePolicy(), rs.EffectiveMalformed()), nil
 	})
+}
+
+// fitsWhole reports (wrapping ErrCapacity) a rule set too big for the
+// tables this engine was loaded with, from its counts alone: before the
+// rule set in force is read back and the tables are built, which for
+// millions of rules takes seconds and hundreds of MiB only to find that
+// the program must be loaded again with bigger tables. A set that passes
+// may still be found too big by the compile (IPv6 markers, the groups of
+// the old set, which a change keeps beside the new one's).
+func (e *Engine) fitsWhole(rs *RuleSet) error {
+	n, v6, dense, sparse := setCounts(rs)
+	if maxRules := (e.nslots - int(firstRule)) / 2; n > maxRules {
+		return fmt.Errorf("fastdrop: %d rules: %w (raise Options.MaxRules, now %d)", n, ErrCapacity, maxRules)
+	}
+	if dense > e.groups/2 {
+		return fmt.Errorf("fastdrop: IPv4 prefixes longer than /24 in %d different /24s: %w (raise Options.IPv4Blocks, now %d)", dense, ErrCapacity, e.groups/2)
+	}
+	if sparse > e.sparse/2 {
+		return fmt.Errorf("fastdrop: IPv4 host routes in %d different /24s: %w (raise Options.IPv4HostBlocks, now %d)", sparse, ErrCapacity, e.sparse/2)
+	}
+	if v6 > e.v6cap/4*3 {
+		return fmt.Errorf("fastdrop: %d IPv6 prefixes: %w (raise Options.IPv6Entries, now %d)", v6, ErrCapacity, e.v6cap)
+	}
+	return nil
 }
 
 // Add appends rules to the rule set: compound rules after the existing
@@ -757,16 +873,23 @@ func (e *Engine) check(p *plan) error {
 			return fmt.Errorf("policy %s: %w", a, ErrUnsupportedAction)
 		}
 	}
-	check := p.added
-	if p.whole {
-		check = nil
-		for i := range p.rules {
-			check = append(check, i)
-		}
-	}
-	for _, i := range check {
+	dropOrPass := func(i int) error {
 		if a := p.rules[i].Action; a != ActionDrop && a != ActionPass {
 			return fmt.Errorf("rule %s: %w", p.rules[i].String(), ErrUnsupportedAction)
+		}
+		return nil
+	}
+	if p.whole {
+		for i := range p.rules {
+			if err := dropOrPass(i); err != nil {
+				return err
+			}
+		}
+	} else {
+		for _, i := range p.added {
+			if err := dropOrPass(i); err != nil {
+				return err
+			}
 		}
 	}
 	if maxRules := (e.nslots - int(firstRule)) / 2; len(p.rules) > maxRules {
@@ -786,15 +909,6 @@ func (e *Engine) refreshLocked() error {
 	}
 	return e.loadLocked()
 }
-
-// memSection is the part of a map's memory from off on.
-type memSection struct {
-	mem *ebpf.Memory
-	off int64
-}
-
-func (s memSection) ReadAt(p []byte, off int64) (int, error)  { return s.mem.ReadAt(p, s.off+off) }
-func (s memSection) WriteAt(p []byte, off int64) (int, error) { return s.mem.WriteAt(p, s.off+off) }
 
 // The state is at the start of fd_main, and half h's fd_conf at the start
 // of its struct fd_half.

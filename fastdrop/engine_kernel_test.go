@@ -356,11 +356,12 @@ func TestAddDeleteReplace(t *testing.T) {
 	expect("after errors", gre, kPrefix(ActionDrop, 0))
 }
 
-// TestMaxRulesLimit: a MaxRules whose counters would not fit is refused
-// before anything is created, and the error names the largest that fits.
+// TestMaxRulesLimit: a MaxRules whose counters the program could not
+// index is refused before anything is created, and the error names the
+// largest that fits (see TestCapacityLimits).
 func TestMaxRulesLimit(t *testing.T) {
 	_, err := New(Options{MaxRules: 1 << 26})
-	if err == nil || !strings.Contains(err.Error(), "MaxRules 67108864: at most 67108855") {
+	if err == nil || !strings.Contains(err.Error(), "MaxRules 67108864: capacity exceeded: at most 16777208") {
 		t.Fatalf("New with MaxRules 1<<26: %v, want the limit", err)
 	}
 }

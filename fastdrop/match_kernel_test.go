@@ -341,3 +341,18 @@ func TestKernelEveryPosition(t *testing.T) {
 		})
 	}
 }
+
+// TestKernelIPv6FragProto: "frag proto 60" with an IPv6 prefix (accepted,
+// as docs/RULES.md describes) matches the non-first fragments whose
+// fragment header says destination options follow, and nothing else.
+func TestKernelIPv6FragProto(t *testing.T) {
+	const s, d = "2001:db8::1", "2001:db8::2"
+	dst := exth(frames.ProtoDestOpts, 16)
+	checkCases(t, "drop frag proto 60 src 2001:db8::/32\n", []matchCase{
+		{"non-first fragment, then destination options", spec6(s, d, frames.ProtoUDP, 1, 2, frag6h(2, true), dst).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"non-first fragment, then UDP", spec6(s, d, frames.ProtoUDP, 1, 2, frag6h(2, true)).Build().Bytes, kDefault(ActionPass)},
+		{"first fragment, then destination options", spec6(s, d, frames.ProtoUDP, 1, 2, frag6h(0, true), dst).Build().Bytes, kDefault(ActionPass)},
+		{"destination options, not fragmented", spec6(s, d, frames.ProtoUDP, 1, 2, dst).Build().Bytes, kDefault(ActionPass)},
+		{"another source", spec6("2001:db9::1", d, frames.ProtoUDP, 1, 2, frag6h(2, true), dst).Build().Bytes, kDefault(ActionPass)},
+	})
+}

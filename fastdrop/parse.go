@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ParseError is an error in a rule file. Error() reads
@@ -17,7 +18,7 @@ type ParseError struct {
 	File string // name given to Parse, or the path given to ParseFile
 	Line int    // 1-based
 	Msg  string
-	Err  error // ErrDuplicatePrefix, ErrTooManyRules or nil
+	Err  error // ErrDuplicatePrefix, ErrTooManyRules, ErrCapacity or nil
 }
 
 func (e *ParseError) Error() string {
@@ -78,6 +79,28 @@ const (
 	wantAction = "want drop, pass or redirect, or a policy or malformed line"
 )
 
+// clipped is a piece of a rule file quoted in an error message. It prints
+// (with %s or %q) at most clipLen bytes of it and then its length, so that
+// a line of a megabyte does not come back whole.
+type clipped string
+
+const clipLen = 80
+
+func (c clipped) Format(f fmt.State, verb rune) {
+	s, more := string(c), ""
+	if len(s) > clipLen {
+		n := clipLen
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s, more = s[:n], "…("+strconv.Itoa(len(c))+" bytes)"
+	}
+	if verb == 'q' {
+		s = strconv.Quote(s)
+	}
+	io.WriteString(f, s+more)
+}
+
 type parser struct {
 	name string
 	line int
@@ -92,7 +115,14 @@ func parseString(s, name string) (*RuleSet, error) {
 	p := &parser{name: name, toks: make([]string, 0, 16)}
 	// Size for the common case, a long list of one rule per line.
 	lines := strings.Count(s, "\n") + 1
-	rs := &RuleSet{Rules: make([]Rule, 0, lines)}
+	if lines > MaxRules {
+		// Say so before parsing (and holding) more rules than any
+		// program can take.
+		if e := p.countRules(s); e != nil {
+			return nil, e
+		}
+	}
+	rs := &RuleSet{Rules: make([]Rule, 0, min(lines, MaxRules))}
 	var keys []uint64 // prefixKey of each prefix-only rule
 	policyLine, malformedLine, compound := 0, 0, 0
 
@@ -121,9 +151,9 @@ func parseString(s, name string) (*RuleSet, error) {
 			a, err := ParseAction(p.toks[1])
 			if err != nil || (kw == "malformed" && a == ActionRedirect) {
 				if kw == "malformed" {
-					return nil, p.errorf("unknown malformed verdict %q (want pass or drop)", p.toks[1])
+					return nil, p.errorf("unknown malformed verdict %q (want pass or drop)", clipped(p.toks[1]))
 				}
-				return nil, p.errorf("unknown policy %q (want pass or drop; redirect in redirect programs)", p.toks[1])
+				return nil, p.errorf("unknown policy %q (want pass or drop; redirect in redirect programs)", clipped(p.toks[1]))
 			}
 			prev := &policyLine
 			if kw == "malformed" {
@@ -183,6 +213,35 @@ func parseString(s, name string) (*RuleSet, error) {
 		rs.Malformed = ActionPass
 	}
 	return rs, nil
+}
+
+// countRules reports the line of rule number MaxRules+1 of s, if it has
+// that many: the lines that are not blank, a comment, or a policy or
+// malformed line, as parseString sees them, without parsing them.
+func (p *parser) countRules(s string) *ParseError {
+	n := 0
+	for line := 1; len(s) > 0; line++ {
+		var l string
+		if i := strings.IndexByte(s, '\n'); i >= 0 {
+			l, s = s[:i], s[i+1:]
+		} else {
+			l, s = s, ""
+		}
+		if i := strings.IndexByte(l, '#'); i >= 0 {
+			l = l[:i]
+		}
+		p.toks = splitFields(p.toks[:0], l)
+		if len(p.toks) == 0 || p.toks[0] == "policy" || p.toks[0] == "malformed" {
+			continue
+		}
+		if n++; n > MaxRules {
+			p.line = line
+			e := p.errorf("too many rules: this is rule number %d, and one fast-drop program holds at most %d; %s", n, MaxRules, capacityAdvice)
+			e.Err = ErrCapacity
+			return e
+		}
+	}
+	return nil
 }
 
 // prefixKey returns a 64-bit fingerprint of p: equal prefixes have equal
@@ -303,7 +362,7 @@ func (p *parser) rule(r *Rule) *ParseError {
 	r.Line = p.line
 	a, err := ParseAction(p.toks[0])
 	if err != nil {
-		return p.errorf("unknown action %q (%s)", p.toks[0], wantAction)
+		return p.errorf("unknown action %q (%s)", clipped(p.toks[0]), wantAction)
 	}
 	r.Action = a
 
@@ -335,7 +394,7 @@ func (p *parser) rule(r *Rule) *ParseError {
 			toks = toks[1:]
 			pfx, msg := parsePrefix(v)
 			if msg != "" {
-				return p.errorf("%s %s: %s", field, v, msg)
+				return p.errorf("%s %s: %s", field, clipped(v), msg)
 			}
 			*dst = pfx
 		case "proto", "tcp", "udp", "icmp", "icmpv6":
@@ -348,12 +407,12 @@ func (p *parser) rule(r *Rule) *ParseError {
 				v = field
 			}
 			if protoTok != "" {
-				return p.errorf("protocol given twice (%q, then %q; each field at most once per rule, write two rules to match either)", protoTok, v)
+				return p.errorf("protocol given twice (%q, then %q; each field at most once per rule, write two rules to match either)", clipped(protoTok), clipped(v))
 			}
 			protoTok = v
 			n, ok := parseProto(v)
 			if !ok {
-				return p.errorf("unknown protocol %q (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)", v)
+				return p.errorf("unknown protocol %q (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)", clipped(v))
 			}
 			r.Proto, r.HasProto = n, true
 		case "sport", "dport":
@@ -370,7 +429,7 @@ func (p *parser) rule(r *Rule) *ParseError {
 			toks = toks[1:]
 			pr, msg := parsePortRange(v)
 			if msg != "" {
-				return p.errorf("%s %s: %s", field, v, msg)
+				return p.errorf("%s %s: %s", field, clipped(v), msg)
 			}
 			*dst = pr
 		case "ether":
@@ -383,7 +442,7 @@ func (p *parser) rule(r *Rule) *ParseError {
 			toks = toks[1:]
 			t, msg := parseEtherType(v)
 			if msg != "" {
-				return p.errorf("ether %s: %s", v, msg)
+				return p.errorf("ether %s: %s", clipped(v), msg)
 			}
 			r.EtherType = t
 		case "frag":
@@ -395,7 +454,7 @@ func (p *parser) rule(r *Rule) *ParseError {
 			if _, err := ParseAction(field); err == nil {
 				return p.errorf("unexpected %q: the action comes first and only once per line", field)
 			}
-			return p.errorf("unknown field %q (%s)", field, wantFields)
+			return p.errorf("unknown field %q (%s)", clipped(field), wantFields)
 		}
 	}
 	return nil
@@ -423,23 +482,40 @@ func isKeyword(s string) bool {
 	return false
 }
 
+// ParsePrefix parses "ADDR/LEN" or "ADDR" (a host route) as a rule file's
+// src and dst are parsed, and refuses what a rule file refuses (host bits
+// after the length, an IPv4-mapped prefix, a zone) with the same message.
+// field names the value in the message, e.g. "--deny" for a command-line
+// flag: `--deny 192.0.2.77/24 has bits set after the prefix length; write
+// 192.0.2.0/24 (or 192.0.2.77/32 for the single address)`.
+func ParsePrefix(field, s string) (netip.Prefix, error) {
+	p, msg := parsePrefix(s)
+	if msg != "" {
+		return netip.Prefix{}, fmt.Errorf("%s %s: %s", field, clipped(s), msg)
+	}
+	if err := validatePrefix(field, p); err != nil {
+		return netip.Prefix{}, err
+	}
+	return p, nil
+}
+
 // parsePrefix parses "ADDR/LEN" or "ADDR" (a host route). It returns the
 // prefix unmasked; Rule.Validate reports host bits with a suggestion.
 func parsePrefix(s string) (netip.Prefix, string) {
 	as, bs, hasLen := strings.Cut(s, "/")
 	a, err := netip.ParseAddr(as)
 	if err != nil {
-		return netip.Prefix{}, fmt.Sprintf("%q is not an IPv4 or IPv6 address (want e.g. 192.0.2.0/24, 2001:db8::/32 or 192.0.2.1)", as)
+		return netip.Prefix{}, fmt.Sprintf("%q is not an IPv4 or IPv6 address (want e.g. 192.0.2.0/24, 2001:db8::/32 or 192.0.2.1)", clipped(as))
 	}
 	if a.Zone() != "" {
-		return netip.Prefix{}, "an address with a zone (%" + a.Zone() + ") cannot be matched; remove the zone"
+		return netip.Prefix{}, fmt.Sprintf("an address with a zone (%%%s) cannot be matched; remove the zone", clipped(a.Zone()))
 	}
 	if !hasLen {
 		return netip.PrefixFrom(a, a.BitLen()), ""
 	}
 	bits, ok := parseUint(bs, 3)
 	if !ok || bits > a.BitLen() {
-		return netip.Prefix{}, fmt.Sprintf("prefix length %q out of range (want 0-%d)", bs, a.BitLen())
+		return netip.Prefix{}, fmt.Sprintf("prefix length %q out of range (want 0-%d)", clipped(bs), a.BitLen())
 	}
 	return netip.PrefixFrom(a, bits), ""
 }
@@ -483,12 +559,12 @@ func parsePortRange(s string) (*PortRange, string) {
 	los, his, isRange := strings.Cut(s, "-")
 	lo, ok := parseUint(los, 5)
 	if !ok || lo > 65535 {
-		return nil, fmt.Sprintf("%q is not a port (%s)", los, want)
+		return nil, fmt.Sprintf("%q is not a port (%s)", clipped(los), want)
 	}
 	hi := lo
 	if isRange {
 		if hi, ok = parseUint(his, 5); !ok || hi > 65535 {
-			return nil, fmt.Sprintf("%q is not a port (%s)", his, want)
+			return nil, fmt.Sprintf("%q is not a port (%s)", clipped(his), want)
 		}
 		if lo > hi {
 			return nil, fmt.Sprintf("range is empty (write the lower port first: %d-%d)", hi, lo)

@@ -83,6 +83,7 @@ func TestParseRule(t *testing.T) {
 		{"drop ether ipv6 icmpv6 src 2001:db8::/32", Rule{Action: ActionDrop, EtherType: 0x86dd, Proto: 58, HasProto: true, Src: pfx("2001:db8::/32")}, "drop ether ipv6 icmpv6 src 2001:db8::/32", false},
 		{"drop ether ipv4 src 10.0.0.0/8", Rule{Action: ActionDrop, EtherType: 0x0800, Src: pfx("10.0.0.0/8")}, "drop ether ipv4 src 10.0.0.0/8", false},
 		{"drop proto 44 src 10.0.0.0/8", Rule{Action: ActionDrop, Proto: 44, HasProto: true, Src: pfx("10.0.0.0/8")}, "drop proto 44 src 10.0.0.0/8", false},
+		{"drop frag proto 60 src 2001:db8::/32", Rule{Action: ActionDrop, Proto: 60, HasProto: true, Src: pfx("2001:db8::/32"), Fragment: true}, "drop proto 60 src 2001:db8::/32 frag", false},
 		{"drop src 10.0.0.0/8 # comment", Rule{Action: ActionDrop, Src: pfx("10.0.0.0/8")}, "drop src 10.0.0.0/8", true},
 		{"drop src 10.0.0.0/8#comment", Rule{Action: ActionDrop, Src: pfx("10.0.0.0/8")}, "drop src 10.0.0.0/8", true},
 		{"\t drop\tsrc  10.0.0.0/8 \r", Rule{Action: ActionDrop, Src: pfx("10.0.0.0/8")}, "drop src 10.0.0.0/8", true},
@@ -241,8 +242,8 @@ func TestParseErrors(t *testing.T) {
 		{"drop icmp src 2001:db8::/32", `rules.txt:1: icmp (protocol 1) is IPv4's ICMP and never matches IPv6 frames; use icmpv6`},
 		{"drop ether ipv6 proto 1", `rules.txt:1: icmp (protocol 1) is IPv4's ICMP and never matches IPv6 frames; use icmpv6`},
 		{"drop icmpv6 dst 10.0.0.0/8", `rules.txt:1: icmpv6 (protocol 58) never matches IPv4 frames; use icmp`},
-		{"drop proto 44 src 2001:db8::/32", `rules.txt:1: proto 44 never matches IPv6 frames: extension headers are skipped and proto is the protocol after them (use frag for fragments)`},
-		{"drop ether ipv6 proto 0", `rules.txt:1: proto 0 never matches IPv6 frames: extension headers are skipped and proto is the protocol after them (use frag for fragments)`},
+		{"drop proto 44 src 2001:db8::/32", `rules.txt:1: proto 44 matches IPv6 frames only in non-first fragments (extension headers are skipped and proto is the protocol after them; in a non-first fragment it is the fragment header's next header): add frag, as in "drop proto 44 src 2001:db8::/32 frag"`},
+		{"drop ether ipv6 proto 0", `rules.txt:1: proto 0 matches IPv6 frames only in non-first fragments (extension headers are skipped and proto is the protocol after them; in a non-first fragment it is the fragment header's next header): add frag, as in "drop ether ipv6 proto 0 frag"`},
 		// Ports.
 		{"drop dport 80", `rules.txt:1: dport needs protocol tcp or udp (write e.g. "udp dport 80")`},
 		{"drop icmp sport 1-2", `rules.txt:1: sport needs protocol tcp or udp (write e.g. "udp sport 1-2")`},
@@ -515,5 +516,37 @@ func BenchmarkParsePrefixes(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestParseErrorClipsLongInput: an error quotes at most 80 bytes of a
+// value from the file and then its length, however long the line is.
+func TestParseErrorClipsLongInput(t *testing.T) {
+	long := strings.Repeat("x", 1<<20)
+	for _, tc := range []struct{ line, want string }{
+		{long, `line 1: unknown action "` + long[:80] + `"…(1048576 bytes) (want drop`},
+		{"drop " + long, `line 1: unknown field "` + long[:80] + `"…(1048576 bytes) (want src`},
+		{"drop src " + long, "line 1: src " + long[:80] + `…(1048576 bytes): "` + long[:80] + `"…(1048576 bytes) is not an IPv4`},
+		{"drop src 10.0.0.0/" + long, `prefix length "` + long[:80] + `"…(1048576 bytes) out of range`},
+		{"drop src fe80::1%" + long, "an address with a zone (%" + long[:80] + "…(1048576 bytes)) cannot be matched"},
+		{"drop udp dport 1-" + long, `"` + long[:80] + `"…(1048576 bytes) is not a port`},
+		{"drop proto " + long, `unknown protocol "` + long[:80] + `"…(1048576 bytes)`},
+		{"drop ether " + long, "ether " + long[:80] + "…(1048576 bytes): unknown EtherType"},
+		{"policy " + long, `unknown policy "` + long[:80] + `"…(1048576 bytes)`},
+		// Multi-byte characters are not cut in the middle.
+		{strings.Repeat("é", 1000), `unknown action "` + strings.Repeat("é", 40) + `"…(2000 bytes)`},
+	} {
+		_, err := Parse(strings.NewReader(tc.line), "")
+		if err == nil {
+			t.Fatalf("Parse(%.40q...) accepted it", tc.line)
+		}
+		if msg := err.Error(); !strings.Contains(msg, tc.want) || len(msg) > 500 {
+			t.Errorf("Parse(%.40q...): error of %d bytes %.600q\nwant it to hold %.300q", tc.line, len(msg), msg, tc.want)
+		}
+	}
+	// Short values are quoted whole, as before.
+	_, err := Parse(strings.NewReader("drp src 10.0.0.0/8"), "")
+	if want := `line 1: unknown action "drp" (want drop`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error %v, want %q...", err, want)
 	}
 }

@@ -263,13 +263,20 @@ func (r Rule) Validate() error {
 			return errors.New("icmp (protocol 1) is IPv4's ICMP and never matches IPv6 frames; use icmpv6")
 		case fam == 4 && r.Proto == ProtoICMPv6:
 			return errors.New("icmpv6 (protocol 58) never matches IPv4 frames; use icmp")
-		case fam == 6 && isIPv6ExtHeader(r.Proto):
-			return fmt.Errorf("proto %d never matches IPv6 frames: extension headers are skipped and proto is the protocol after them (use frag for fragments)", r.Proto)
+		case fam == 6 && isIPv6ExtHeader(r.Proto) && !r.Fragment:
+			// Extension headers are skipped, so only a non-first fragment,
+			// whose protocol is its fragment header's next header, can have
+			// this one: say so with frag, so the rule reads as what it does.
+			withFrag := r
+			withFrag.Fragment = true
+			return fmt.Errorf("proto %d matches IPv6 frames only in non-first fragments (extension headers are skipped and proto is the protocol after them; in a non-first fragment it is the fragment header's next header): add frag, as in %q", r.Proto, withFrag.String())
 		}
 	}
 	return nil
 }
 
+// validatePrefix checks a rule's src or dst; field names it in the error
+// ("src", "dst", or a command-line flag for ParsePrefix).
 func validatePrefix(field string, p netip.Prefix) error {
 	if p == (netip.Prefix{}) {
 		return nil
@@ -327,13 +334,17 @@ func (rs *RuleSet) EffectiveMalformed() Action {
 // Validate checks a rule set built in code the way Parse checks a file:
 // every rule valid, no prefix twice among prefix-only rules (wraps
 // ErrDuplicatePrefix), at most MaxCompoundRules compound rules (wraps
-// ErrTooManyRules), and valid Policy and Malformed verdicts.
+// ErrTooManyRules) and MaxRules rules in all (wraps ErrCapacity), and
+// valid Policy and Malformed verdicts.
 func (rs *RuleSet) Validate() error {
 	if rs.Policy != 0 && !rs.Policy.valid() {
 		return fmt.Errorf("invalid policy %s (want pass, drop or redirect)", rs.Policy)
 	}
 	if rs.Malformed != 0 && rs.Malformed != ActionPass && rs.Malformed != ActionDrop {
 		return fmt.Errorf("invalid malformed verdict %s (want pass or drop)", rs.Malformed)
+	}
+	if len(rs.Rules) > MaxRules {
+		return fmt.Errorf("%d rules: %w: one fast-drop program holds at most %d rules; %s", len(rs.Rules), ErrCapacity, MaxRules, capacityAdvice)
 	}
 	seen := make(map[netip.Prefix]int)
 	compound := 0

@@ -48,7 +48,8 @@ func TestRuleValidateInCode(t *testing.T) {
 		{"ether arp frag", Rule{Action: ActionDrop, EtherType: EtherTypeARP, Fragment: true}, "ether arp never matches a rule with src, dst, proto, sport, dport or frag: those need an IPv4 or IPv6 frame"},
 		{"redirect", Rule{Action: ActionRedirect, HasProto: true, Proto: 17, DstPort: &PortRange{Lo: 53, Hi: 53}}, ""},
 		{"proto 51 v4", Rule{Action: ActionDrop, HasProto: true, Proto: 51, Src: netip.MustParsePrefix("10.0.0.0/8")}, ""},
-		{"proto 51 v6", Rule{Action: ActionDrop, HasProto: true, Proto: 51, Src: netip.MustParsePrefix("2001:db8::/32")}, "proto 51 never matches IPv6 frames: extension headers are skipped and proto is the protocol after them (use frag for fragments)"},
+		{"proto 51 v6", Rule{Action: ActionDrop, HasProto: true, Proto: 51, Src: netip.MustParsePrefix("2001:db8::/32")}, `proto 51 matches IPv6 frames only in non-first fragments (extension headers are skipped and proto is the protocol after them; in a non-first fragment it is the fragment header's next header): add frag, as in "drop proto 51 src 2001:db8::/32 frag"`},
+		{"proto 60 v6 frag", Rule{Action: ActionDrop, HasProto: true, Proto: 60, Src: netip.MustParsePrefix("2001:db8::/32"), Fragment: true}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.r.Validate()

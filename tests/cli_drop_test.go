@@ -4,16 +4,21 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf/link"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
+	"github.com/xdpdrop/xdpdrop/fastdrop"
 	"github.com/xdpdrop/xdpdrop/gen"
 	"github.com/xdpdrop/xdpdrop/internal/testenv"
 	"github.com/xdpdrop/xdpdrop/loader"
@@ -282,7 +287,8 @@ func TestCLIDropBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"drop", "--iface", v.Name, "--deny", "192.0.2.0/33"}, `--deny "192.0.2.0/33"`},
+		{[]string{"drop", "--iface", v.Name, "--deny", "192.0.2.0/33"}, `--deny 192.0.2.0/33: prefix length "33" out of range (want 0-32)`},
+		{[]string{"drop", "--iface", v.Name, "--deny", "192.0.2.77/24"}, "--deny 192.0.2.77/24 has bits set after the prefix length; write 192.0.2.0/24"},
 		{[]string{"drop", "--iface", v.Name, "--deny", "1.2.3.4", "--mode", "turbo"}, `--mode "turbo"`},
 		{[]string{"drop", "--iface", v.Name, "--deny", "1.2.3.4", "--policy", "maybe"}, `--policy "maybe": want pass or drop`},
 		{[]string{"drop", "--iface", v.Name}, "give rules"},
@@ -358,8 +364,74 @@ func TestCLIDemo(t *testing.T) {
 
 	_, err := netlink.LinkByName(last.Interface)
 	require.Error(t, err, "the demo's veth %s must be gone", last.Interface)
-	id := strings.TrimSuffix(strings.TrimPrefix(last.Interface, "xdd"), "a")
-	require.NoFileExists(t, "/var/run/netns/xdpdrop-"+id)
+	left, err := filepath.Glob("/run/netns/xdpdrop-" + strings.TrimSuffix(last.Interface, "a") + "-*")
+	require.NoError(t, err)
+	require.Empty(t, left, "the demo's namespace must be gone")
+}
+
+// startDemo starts a long demo and returns it once its sandbox exists,
+// with the sandbox's interface and namespace names.
+func startDemo(t *testing.T) (cmd *exec.Cmd, iface, ns string) {
+	t.Helper()
+	cmd = exec.Command(xdpdropBin, "demo", "--duration", "60s")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(os.Interrupt) // lets it remove its sandbox
+			_ = cmd.Wait()
+		}
+	})
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		// "sandbox: IF (here) <-> PEER (namespace NS)"
+		if rest, ok := strings.CutPrefix(sc.Text(), "sandbox: "); ok {
+			f := strings.Fields(rest)
+			require.Len(t, f, 6, sc.Text())
+			iface, ns = f[0], strings.TrimSuffix(f[5], ")")
+			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			return cmd, iface, ns
+		}
+	}
+	t.Fatalf("demo printed no sandbox line")
+	return nil, "", ""
+}
+
+// TestCLIDemoRemovesKilledDemosSandbox: a demo killed with SIGKILL leaves
+// its veth and namespace; the next demo removes them, and leaves alone the
+// sandbox of a demo that still runs.
+func TestCLIDemoRemovesKilledDemosSandbox(t *testing.T) {
+	testenv.RequireBPFFS(t)
+	running, runIf, runNS := startDemo(t)
+	killed, killIf, killNS := startDemo(t)
+	require.NoError(t, killed.Process.Kill())
+	_ = killed.Wait()
+	t.Cleanup(func() { // if the demo under test does not remove them
+		if l, err := netlink.LinkByName(killIf); err == nil {
+			_ = netlink.LinkDel(l)
+		}
+		_ = exec.Command("ip", "netns", "delete", killNS).Run()
+	})
+	_, err := netlink.LinkByName(killIf)
+	require.NoError(t, err, "SIGKILL leaves the veth")
+	require.FileExists(t, "/run/netns/"+killNS)
+
+	r := cli(t, "demo", "--duration", "1s", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stderr, "removed the sandbox (namespace "+killNS+" and its veth) that a demo which no longer runs left behind")
+	require.NotContains(t, r.stderr, runNS)
+	_, err = netlink.LinkByName(killIf)
+	require.Error(t, err, "the killed demo's veth %s is gone", killIf)
+	require.NoFileExists(t, "/run/netns/"+killNS)
+
+	_, err = netlink.LinkByName(runIf)
+	require.NoError(t, err, "the running demo's veth is still there")
+	require.FileExists(t, "/run/netns/"+runNS)
+	require.NoError(t, running.Process.Signal(os.Interrupt))
+	require.NoError(t, running.Wait(), "the running demo was not disturbed")
+	_, err = netlink.LinkByName(runIf)
+	require.Error(t, err, "and removed its own sandbox on exit")
 }
 
 // TestCLINoBPFFS runs drop where bpffs is absent and cannot be mounted (a
@@ -383,4 +455,100 @@ func TestCLINoBPFFS(t *testing.T) {
 	l, err := netlink.LinkByName(v.Name)
 	require.NoError(t, err)
 	require.False(t, l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached, "nothing left attached")
+}
+
+// TestCLIDropOverCapacity: a rule set beyond what one program holds is
+// refused before anything is loaded, with the limit, the count and what
+// to do (it was a verifier dump and a privilege hint), and nothing is
+// attached.
+func TestCLIDropOverCapacity(t *testing.T) {
+	v := sandboxForCLI(t)
+	// fastdrop.MaxRules+1 host routes, 10.0.0.0 upwards.
+	n := fastdrop.MaxRules + 1
+	path := filepath.Join(t.TempDir(), "big.rules")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	w := bufio.NewWriterSize(f, 1<<20)
+	line := make([]byte, 0, 32)
+	for i := range n {
+		a := 10<<24 | uint32(i)
+		line = append(line[:0], "drop src "...)
+		for j, shift := range []uint{24, 16, 8, 0} {
+			if j > 0 {
+				line = append(line, '.')
+			}
+			line = strconv.AppendUint(line, uint64(a>>shift&0xff), 10)
+		}
+		w.Write(append(line, '\n'))
+	}
+	require.NoError(t, w.Flush())
+	require.NoError(t, f.Close())
+
+	start := time.Now()
+	r := cli(t, "drop", "--iface", v.Name, "--rules", path)
+	requireOneLineError(t, r, 1, fmt.Sprintf("big.rules:%d: too many rules: this is rule number %d, and one fast-drop program holds at most %d; aggregate adjacent prefixes into shorter ones", n, n, fastdrop.MaxRules))
+	require.NotContains(t, r.stderr, "CAP_", "no privilege hint")
+	require.NotContains(t, r.stderr, "verifier")
+	t.Logf("refused in %v", time.Since(start))
+
+	l, err := netlink.LinkByName(v.Name)
+	require.NoError(t, err)
+	require.False(t, l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached, "nothing attached")
+	_, err = os.Stat(filepath.Join(loader.DefaultPinRoot, v.Name))
+	require.ErrorIs(t, err, os.ErrNotExist, "nothing pinned")
+}
+
+// TestCLIEmptyRuleFile: a rule file with no rules attaches, and says so:
+// 0 rules, policy pass, as every attach and replace message does.
+func TestCLIEmptyRuleFile(t *testing.T) {
+	v := sandboxForCLI(t)
+	empty := writeRules(t, "# nothing yet\n\n")
+	r := cli(t, "drop", "--iface", v.Name, "--rules", empty)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "attached fast drop to "+v.Name)
+	require.Contains(t, r.stdout, ": 0 rules (0 compound, 0 prefix), policy pass, malformed pass")
+
+	r = cli(t, "rules", "replace", "--iface", v.Name, "--rules", empty)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "replaced the rule set on "+v.Name+": 0 rules (0 compound, 0 prefix), policy pass, malformed pass\n", r.stdout)
+}
+
+// TestCLIDropMemory: loading 1M prefix rules, and replacing them with
+// another million, peaks well under 1 GiB of resident memory (it was 1.1
+// and 1.5 GB, most of it the maps mapped whole; see docs/BENCHMARKS.md).
+func TestCLIDropMemory(t *testing.T) {
+	v := sandboxForCLI(t)
+	write := func(name string, seed uint32) string {
+		path := filepath.Join(t.TempDir(), name)
+		f, err := os.Create(path)
+		require.NoError(t, err)
+		w := bufio.NewWriterSize(f, 1<<20)
+		// 1M distinct prefixes: /24s, and every 20th a /28 inside one.
+		x := seed
+		seen := make(map[uint32]bool, 1_000_000)
+		for len(seen) < 1_000_000 {
+			x = x*1664525 + 1013904223
+			a, bits := x&0xffffff00, 24
+			if x%20 == 0 {
+				a, bits = x&0xfffffff0, 28
+			}
+			if seen[a|uint32(bits)] {
+				continue
+			}
+			seen[a|uint32(bits)] = true
+			fmt.Fprintf(w, "drop src %d.%d.%d.%d/%d\n", a>>24, a>>16&255, a>>8&255, a&255, bits)
+		}
+		require.NoError(t, w.Flush())
+		require.NoError(t, f.Close())
+		return path
+	}
+	for _, path := range []string{write("a.rules", 1), write("b.rules", 2)} {
+		cmd := exec.Command(xdpdropBin, "drop", "--iface", v.Name, "--rules", path)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, string(out), "1000000 rules")
+		maxRSS := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss // KiB
+		t.Logf("%s: peak RSS %d MiB", filepath.Base(path), maxRSS>>10)
+		require.Less(t, maxRSS, int64(1<<20), "peak RSS of %s under 1 GiB", filepath.Base(path))
+	}
 }

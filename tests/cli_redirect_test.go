@@ -178,3 +178,25 @@ func TestCLIRedirectBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached, "nothing left attached after the error")
 }
+
+// TestCLIRedirectNoticesDetach: `detach` from another process takes the
+// running redirect's program away; redirect notices within a few seconds,
+// says so and exits non-zero instead of waiting for frames forever.
+func TestCLIRedirectNoticesDetach(t *testing.T) {
+	v := sandboxForCLI(t)
+	cmd, errb := startRedirect(t, v, "--queues", "all", "--mode", "driver", "--action", "count")
+	r := cli(t, "detach", "--iface", v.Name)
+	require.Equal(t, 0, r.code, r.stderr)
+
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "redirect exits with an error; stderr: %s", errb)
+		require.Equal(t, 1, ee.ExitCode())
+		require.Contains(t, errb.String(), "xdpdrop: the redirect program is no longer attached to "+v.Name)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("redirect still running 10s after its program was detached; stderr: %s", errb)
+	}
+}

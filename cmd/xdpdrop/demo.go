@@ -19,6 +19,9 @@ import (
 	"github.com/xdpdrop/xdpdrop/pktgen"
 )
 
+// demoPrefix starts the names of the demo's sandboxes.
+const demoPrefix = "xdd"
+
 // demoRules is the example rule set of the default sandbox.
 const demoRules = `# xdpdrop demo rules (syntax: docs/RULES.md)
 policy pass
@@ -96,9 +99,19 @@ func (a *app) demo(ctx context.Context, duration time.Duration, modeName string,
 		return err
 	}
 
+	// A demo killed with SIGKILL could not remove its sandbox: remove those
+	// now (never one whose demo still runs).
+	stale, err := sandbox.RemoveStale(demoPrefix)
+	for _, ns := range stale {
+		fmt.Fprintf(a.stderr, "removed the sandbox (namespace %s and its veth) that a demo which no longer runs left behind\n", ns)
+	}
+	if err != nil {
+		fmt.Fprintf(a.stderr, "xdpdrop: %v (remove it with 'ip netns delete NAME')\n", err)
+	}
+
 	// GRO on the host end: a generic program on veth only sees frames that
 	// arrive by XDP_TX from the peer when GRO makes veth use NAPI.
-	box, err := sandbox.New(sandbox.Options{Prefix: "xdd", GRO: mode == loader.ModeGeneric})
+	box, err := sandbox.New(sandbox.Options{Prefix: demoPrefix, GRO: mode == loader.ModeGeneric})
 	if err != nil {
 		return fmt.Errorf("create the sandbox: %w", err)
 	}

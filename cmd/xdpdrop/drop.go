@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -89,9 +88,9 @@ func ruleSetFromFlags(rules string, deny []string, policy, malformed string) (*f
 		parsed = len(rs.Rules)
 	}
 	for _, d := range deny {
-		p, err := parsePrefix(d)
+		p, err := fastdrop.ParsePrefix("--deny", d)
 		if err != nil {
-			return nil, usagef("--deny %q: %v", d, err)
+			return nil, usageError{err}
 		}
 		rs.Rules = append(rs.Rules, fastdrop.PrefixRules(fastdrop.ActionDrop, []netip.Prefix{p})...)
 	}
@@ -155,22 +154,6 @@ func validateAdded(rs *fastdrop.RuleSet, n int) error {
 	return nil
 }
 
-// parsePrefix accepts a prefix or a bare address (a host route).
-func parsePrefix(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return p, fmt.Errorf("not an IPv4 or IPv6 prefix")
-		}
-		return p.Masked(), nil
-	}
-	addr, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("not an IPv4 or IPv6 address or prefix")
-	}
-	return netip.PrefixFrom(addr, addr.BitLen()), nil
-}
-
 func (a *app) drop(f *dropFlags) error {
 	mode, err := loader.ParseMode(f.mode)
 	if err != nil {
@@ -219,7 +202,7 @@ func (a *app) drop(f *dropFlags) error {
 	case err == nil:
 		defer att.Close()
 		defer eng.Close()
-		reloaded, err := reloadIfFull(att, eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
+		reloaded, err := reloadIfFull(att, eng, eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
 		res.Reloaded = reloaded
 		if err != nil {
 			return fmt.Errorf("replace the rules on %s: %w", f.iface, err)
@@ -263,12 +246,15 @@ const reloadedNote = "(the rules outgrew the tables the program was loaded with:
 // reloadIfFull passes err on, unless it says the tables the program was
 // loaded with are full (they are sized at load): then it loads the program
 // again for the rule set that set returns and swaps it in (reloadDrop).
-func reloadIfFull(att *loader.Attachment, err error, set func() (*fastdrop.RuleSet, error)) (reloaded bool, _ error) {
+// The old engine is closed first, so that its copies of the tables (of
+// millions of rules, perhaps) are not held beside the new ones.
+func reloadIfFull(att *loader.Attachment, old *fastdrop.Engine, err error, set func() (*fastdrop.RuleSet, error)) (reloaded bool, _ error) {
 	if !errors.Is(err, fastdrop.ErrCapacity) {
 		return false, err
 	}
 	rs, err := set()
 	if err == nil {
+		old.Close()
 		err = reloadDrop(att, rs)
 	}
 	return err == nil, err

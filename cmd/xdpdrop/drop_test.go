@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/xdpdrop/xdpdrop/fastdrop"
@@ -46,11 +47,45 @@ func TestRuleSetFromFlagsDeny(t *testing.T) {
 				t.Fatal(perr)
 			}
 			for _, d := range tc.deny {
-				p, _ := parsePrefix(d)
+				p, _ := fastdrop.ParsePrefix("--deny", d)
 				whole.Rules = append(whole.Rules, fastdrop.Rule{Action: fastdrop.ActionDrop, Src: p})
 			}
 			if werr := whole.Validate(); werr == nil || werr.Error() != err.Error() {
 				t.Errorf("error %q, Validate says %v", err, werr)
+			}
+		})
+	}
+}
+
+// TestDenyRefusedAsInRuleFile: a --deny value a rule file would refuse
+// ("drop src VALUE") is refused with the rule file's message, as a usage
+// error, instead of being masked or passed on.
+func TestDenyRefusedAsInRuleFile(t *testing.T) {
+	for _, tc := range []struct{ deny, want string }{
+		{"192.0.2.77/24", "--deny 192.0.2.77/24 has bits set after the prefix length; write 192.0.2.0/24 (or 192.0.2.77/32 for the single address)"},
+		{"2001:db8::1/32", "--deny 2001:db8::1/32 has bits set after the prefix length; write 2001:db8::/32 (or 2001:db8::1/128 for the single address)"},
+		{"::ffff:192.0.2.0/120", "--deny ::ffff:192.0.2.0/120 is an IPv4-mapped IPv6 prefix, which never matches; write the IPv4 prefix 192.0.2.0/24"},
+		{"fe80::1%eth0", "--deny fe80::1%eth0: an address with a zone (%eth0) cannot be matched; remove the zone"},
+		{"192.0.2.0/33", `--deny 192.0.2.0/33: prefix length "33" out of range (want 0-32)`},
+		{"nonsense", `--deny nonsense: "nonsense" is not an IPv4 or IPv6 address`},
+	} {
+		t.Run(tc.deny, func(t *testing.T) {
+			_, err := ruleSetFromFlags("", []string{tc.deny}, "", "")
+			var ue usageError
+			if !errors.As(err, &ue) {
+				t.Fatalf("ruleSetFromFlags(--deny %s): %v, want a usage error", tc.deny, err)
+			}
+			if !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("error %q\nwant  %q", err, tc.want)
+			}
+			// The rule file says the same of "drop src VALUE", under src.
+			_, perr := fastdrop.Parse(strings.NewReader("drop src "+tc.deny), "f")
+			if perr == nil {
+				t.Fatal("the rule file accepts it")
+			}
+			fileMsg := strings.TrimPrefix(perr.Error(), "f:1: src ")
+			if flagMsg := strings.TrimPrefix(err.Error(), "--deny "); fileMsg != flagMsg {
+				t.Errorf("flag says %q, rule file %q", flagMsg, fileMsg)
 			}
 		})
 	}

@@ -89,6 +89,9 @@ func (a *app) exporter(ctx context.Context, addr string, ifaces []string, maxRul
 	if rescan <= 0 {
 		return usagef("--rescan %s: must be positive", rescan)
 	}
+	if maxRules < 1 {
+		return usagef("--max-rule-series %d: want 1 or more", maxRules)
+	}
 	drops := metrics.NewDropCollector(maxRules)
 
 	type open struct {

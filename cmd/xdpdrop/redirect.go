@@ -234,11 +234,13 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 		}
 	}
 	ropts := xsk.RedirectOptions{Queues: queues}
+	filterNote := ""
 	if f.filter != "" {
 		filt, err := filterFromRules(f.filter)
 		if err != nil {
 			return err
 		}
+		filterNote = fmt.Sprintf(", filter %s: %d rules, policy %s", f.filter, len(filt.Rules), filt.Default)
 		ropts.Filters = map[int]xsk.Filter{}
 		for _, q := range queues {
 			ropts.Filters[q] = filt
@@ -309,8 +311,8 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 		if socks[0].ZeroCopy() {
 			zc = "zero-copy"
 		}
-		fmt.Fprintf(a.stdout, "redirecting queues %v of %s (%s mode, %s) to AF_XDP, action %s; Ctrl-C stops\n",
-			queues, f.iface, att.Mode(), zc, f.action)
+		fmt.Fprintf(a.stdout, "redirecting queues %v of %s (%s mode, %s) to AF_XDP, action %s%s; Ctrl-C stops\n",
+			queues, f.iface, att.Mode(), zc, f.action, filterNote)
 	}
 	if f.metricsAddr != "" {
 		col := metrics.NewXSKCollector()
@@ -361,6 +363,13 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 			return err
 		}
 		last = now
+		// Detached by another process (xdpdrop detach, ip link): the
+		// sockets would wait for frames that no longer come.
+		if running, err := att.Running(); err == nil && !running {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("the redirect program is no longer attached to %s: something else detached or replaced it (xdpdrop detach, ip link); stopped", f.iface)
+		}
 	}
 	wg.Wait()
 	for i, e := range errs {

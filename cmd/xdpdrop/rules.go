@@ -40,11 +40,24 @@ func parseRuleArgs(args []string) ([]fastdrop.Rule, error) {
 		}
 		first := strings.Fields(arg)
 		if len(rs.Rules) != 1 || len(first) == 0 || first[0] == "policy" || first[0] == "malformed" {
-			return nil, usagef("argument %d %q: want exactly one rule, like 'drop udp dport 11211'", i+1, arg)
+			return nil, usagef("argument %d %s: want exactly one rule, like 'drop udp dport 11211'", i+1, quoteClipped(arg))
 		}
 		out = append(out, rs.Rules[0])
 	}
 	return out, nil
+}
+
+// quoteClipped quotes at most 80 bytes of s and then says how long it
+// was, as the rule-file parser's errors do.
+func quoteClipped(s string) string {
+	if len(s) <= 80 {
+		return strconv.Quote(s)
+	}
+	n := 80
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strconv.Quote(s[:n]) + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }
 
 // ruleChangeCmd makes `rules add` and `rules del`: parse the arguments as
@@ -79,7 +92,7 @@ func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engin
 			err = change(eng, rules...)
 			reloaded := false
 			if grows {
-				reloaded, err = reloadIfFull(att, err, func() (*fastdrop.RuleSet, error) {
+				reloaded, err = reloadIfFull(att, eng, err, func() (*fastdrop.RuleSet, error) {
 					rs, err := eng.RuleSet()
 					if err == nil {
 						// Appended, as Add does: compound rules go last.
@@ -150,11 +163,18 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 			defer att.Close()
 			defer eng.Close()
 			if rs != nil {
-				reloaded, err := reloadIfFull(att, eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
+				reloaded, err := reloadIfFull(att, eng, eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
 				if err != nil {
 					return fmt.Errorf("replace the rules on %s: %w", iface, err)
 				}
-				fmt.Fprintf(a.stdout, "replaced the rule set on %s: %d rules\n", iface, len(rs.Rules))
+				prefixes := 0
+				for i := range rs.Rules {
+					if rs.Rules[i].IsPrefixOnly() {
+						prefixes++
+					}
+				}
+				fmt.Fprintf(a.stdout, "replaced the rule set on %s: %d rules (%d compound, %d prefix), policy %s, malformed %s\n",
+					iface, len(rs.Rules), len(rs.Rules)-prefixes, prefixes, rs.EffectivePolicy(), rs.EffectiveMalformed())
 				if reloaded {
 					fmt.Fprintln(a.stdout, reloadedNote)
 				}

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -32,5 +34,16 @@ func TestWriteRuleTable(t *testing.T) {
 		if got.String() != want.String() {
 			t.Errorf("writeRuleTable:\n%s\nwant:\n%s", got.String(), want.String())
 		}
+	}
+}
+
+// TestParseRuleArgsClipsLongArgument: a long argument that is not one
+// rule is quoted in part, not whole.
+func TestParseRuleArgsClipsLongArgument(t *testing.T) {
+	arg := "drop udp dport 53\ndrop udp dport 54 " + strings.Repeat("#", 180000)
+	_, err := parseRuleArgs([]string{arg})
+	want := "argument 1 " + strconv.Quote(arg[:80]) + "…(180036 bytes): want exactly one rule"
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error %.300v\nwant %q...", err, want)
 	}
 }

@@ -80,6 +80,9 @@ matched nothing are hidden and at most --top rules are shown, busiest first;
 			if interval <= 0 {
 				return usagef("--interval %s: must be positive", interval)
 			}
+			if top < 0 {
+				return usagef("--top %d: want 0 (all rules) or more", top)
+			}
 			if metricsAddr != "" && !watch {
 				return usagef("--metrics needs --watch (a one-shot stats exits at once)")
 			}

@@ -6,4 +6,9 @@
 // Names are random so that parallel tests never collide, and Close removes
 // exactly what New made, by those names. Nothing here touches an interface
 // it did not create.
+//
+// A process killed before Close (SIGKILL) leaves its pair behind. The
+// namespace's name carries the creating process's pid, and New holds a lock
+// on the namespace for as long as the process lives: RemoveStale removes
+// the pairs of a prefix whose process is gone and whose lock nobody holds.
 package sandbox

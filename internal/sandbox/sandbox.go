@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 
 	"github.com/vishvananda/netlink"
@@ -74,7 +75,7 @@ func New(opts Options) (p *Pair, err error) {
 	p = &Pair{
 		Name:   opts.Prefix + id + "a",
 		Peer:   opts.Prefix + id + "b",
-		NSName: "xdpdrop-" + id,
+		NSName: nsName(opts.Prefix+id, os.Getpid()),
 		NS:     -1,
 	}
 	defer func() {
@@ -86,6 +87,11 @@ func New(opts Options) (p *Pair, err error) {
 
 	if p.NS, err = newNamedNS(p.NSName); err != nil {
 		return p, err
+	}
+	// Held until Close or the process's end, however it ends: while it is
+	// held, RemoveStale leaves the pair alone.
+	if err := unix.Flock(int(p.NS), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return p, fmt.Errorf("sandbox: lock namespace %s: %w", p.NSName, err)
 	}
 	veth := &netlink.Veth{
 		LinkAttrs: netlink.LinkAttrs{
