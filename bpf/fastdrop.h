@@ -851,13 +851,15 @@ typedef struct fd_result (*fd_decide_fn)(const void *arg, const struct fd_pkt *p
  * fields (measured A/B: 64 rules + 10k prefixes, the worst frame 2.65x ->
  * 2.45x bare; every row faster). Only the fields that the frame's kind
  * makes meaningful are written (addresses of its family, ports when it has
- * them), and readers look at no others. */
-static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, fd_decide_fn decide,
-						      const void *arg)
+ * them), and readers look at no others. len is the frame's length over all
+ * its buffers (bpf_xdp_get_buff_len), which the IP length fields are
+ * checked against; headers are read from the first buffer only. */
+static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 len,
+						      fd_decide_fn decide, const void *arg)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct hdr_cursor nh = { .pos = data };
+	struct hdr_cursor nh = { .pos = data, .data = data, .len = len };
 	struct fd_pkt p;
 	int et, proto;
 
@@ -983,12 +985,14 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 	return r;
 }
 
-/* fd_match evaluates one frame against one half of the rule set. */
-static __always_inline struct fd_result fd_match(const struct fd_half *h, struct xdp_md *ctx)
+/* fd_match evaluates one frame of len bytes (all buffers) against one
+ * half of the rule set. */
+static __always_inline struct fd_result fd_match(const struct fd_half *h, struct xdp_md *ctx,
+						 __u32 len)
 {
 	struct fd_env env = { .h = h };
 
-	return fd_parse_then(ctx, fd_decide, &env);
+	return fd_parse_then(ctx, len, fd_decide, &env);
 }
 
 static __always_inline __u32 fd_val_action(__u32 val)

@@ -26,9 +26,22 @@
 #define PARSE_MAX_VLAN 2
 #define PARSE_MAX_IPV6_EXT 4
 
+/* pos is where the next header starts. Headers are read only before
+ * data_end, the end of the frame's first buffer (its linear part); length
+ * fields are checked against len, the whole frame's length, which in a
+ * multi-buffer frame (xdp.frags) goes beyond data_end. */
 struct hdr_cursor {
 	void *pos;
+	void *data; /* the frame's first byte */
+	__u32 len;  /* the frame's length, all buffers */
 };
+
+/* hdr_fits reports whether n bytes from the cursor lie within the frame's
+ * length (not only its first buffer). */
+static __always_inline int hdr_fits(const struct hdr_cursor *nh, __u32 n)
+{
+	return (__u32)(nh->pos - nh->data) + n <= nh->len;
+}
 
 struct vlan_hdr {
 	__be16 tci;
@@ -81,7 +94,8 @@ static __always_inline int parse_ethhdr(struct hdr_cursor *nh, void *data_end)
 }
 
 /* parse_iphdr checks an IPv4 header (version, IHL >= 5, the whole header
- * present, IHL*4 <= total length <= bytes to the end of the frame), leaves
+ * present in the first buffer, IHL*4 <= total length <= bytes to the end of
+ * the frame), leaves
  * the cursor after the options and returns the protocol, or -1. */
 static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
 				       struct iphdr **iphdr)
@@ -107,15 +121,16 @@ static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
 	tot = bpf_ntohs(iph->tot_len);
 	if (tot < hdrsize)
 		return -1;
-	if (nh->pos + tot > data_end)
+	if (!hdr_fits(nh, tot))
 		return -1;
 	nh->pos += hdrsize;
 	*iphdr = iph;
 	return iph->protocol;
 }
 
-/* parse_ip6hdr checks the fixed IPv6 header (version, 40 + payload length
- * <= bytes to the end of the frame) and returns the next header, or -1. */
+/* parse_ip6hdr checks the fixed IPv6 header (present in the first buffer,
+ * version, 40 + payload length <= bytes to the end of the frame) and
+ * returns the next header, or -1. */
 static __always_inline int parse_ip6hdr(struct hdr_cursor *nh, void *data_end,
 					struct ipv6hdr **ip6hdr)
 {
@@ -125,7 +140,7 @@ static __always_inline int parse_ip6hdr(struct hdr_cursor *nh, void *data_end,
 		return -1;
 	if (ip6h->version != 6)
 		return -1;
-	if ((void *)(ip6h + 1) + bpf_ntohs(ip6h->payload_len) > data_end)
+	if (!hdr_fits(nh, sizeof(*ip6h) + bpf_ntohs(ip6h->payload_len)))
 		return -1;
 	nh->pos = ip6h + 1;
 	*ip6hdr = ip6h;
