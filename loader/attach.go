@@ -379,7 +379,7 @@ func attachErr(index int, mode Mode, err error) error {
 			name, mtu = l.Attrs().Name, fmt.Sprintf(" (%d)", l.Attrs().MTU)
 		}
 		return fmt.Errorf("%w: %s mode: %w (the MTU of %s%s or of its veth peer is too large for this program in %s mode: "+
-			"above about 3,500 bytes only a program that takes multi-buffer frames (an xdp.frags section, as xdpdrop's own) runs there; "+
+			"above about 3,500 bytes only a program that takes multi-buffer frames (loaded from an xdp.frags section) runs there; "+
 			"lower the MTU (ip link set dev %s mtu 3500) or use generic mode)", ErrModeUnsupported, mode, err, name, mtu, mode, name)
 	case errors.Is(err, unix.EOPNOTSUPP):
 		return fmt.Errorf("%w: %s mode: %w (the device or driver cannot run XDP this way: try generic mode)", ErrModeUnsupported, mode, err)
