@@ -42,7 +42,14 @@ func TestTester(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), c.Rules[0].Packets)
 
-	_, err = tt.Test(make([]byte, 10))
+	// Shorter than an Ethernet header: malformed, as docs/RULES.md says
+	// (the kernel takes no such frame, so it is judged without it).
+	runt, err := tt.Test(make([]byte, 10))
+	require.NoError(t, err)
+	require.Equal(t, Result{ActionPass, ClassMalformed, -1}, runt)
+	require.Equal(t, m.Eval(make([]byte, 10)), runt)
+	// More than a test run takes (1 + MAX_SKB_FRAGS pages).
+	_, err = tt.Test(make([]byte, 80000))
 	require.ErrorIs(t, err, ErrFrameSize)
 	// Jumbo frames are taken (as multi-buffer XDP).
 	for _, n := range []int{1514, 9000, 60000} {
@@ -121,4 +128,41 @@ func TestTesterJumboFrames(t *testing.T) {
 	got, err = tt.Test(deep.Bytes)
 	require.NoError(t, err)
 	require.Equal(t, Result{ActionDrop, ClassCompound, 1}, got)
+}
+
+// TestTesterCaptured: a frame cut by a capture's snap length is judged at
+// its length on the wire when its headers were captured, and refused with
+// ErrCutHeaders when the cut falls inside them.
+func TestTesterCaptured(t *testing.T) {
+	testenv.RequireRoot(t)
+	rs, err := Parse(strings.NewReader("malformed drop\ndrop udp dport 11211\n"), "t.rules")
+	require.NoError(t, err)
+	tt, err := NewTester(rs)
+	require.NoError(t, err)
+	defer tt.Close()
+
+	whole := frames.UDP4("192.0.2.1", "198.18.0.1", 1, 11211, 1472).Bytes
+	got, err := tt.TestCaptured(whole[:96], len(whole))
+	require.NoError(t, err)
+	require.Equal(t, Result{ActionDrop, ClassCompound, 0}, got, "judged at 1514 bytes")
+	got, err = tt.Test(whole[:96])
+	require.NoError(t, err)
+	require.Equal(t, ClassMalformed, got.Class, "at 96 bytes the IP total length reaches past the end")
+	// Cut inside the UDP header (at 14 + 20 + 4 bytes of 8).
+	_, err = tt.TestCaptured(whole[:38], len(whole))
+	require.ErrorIs(t, err, ErrCutHeaders)
+	require.ErrorContains(t, err, "38 of 1514 bytes captured, the headers need 42")
+	// Right after the headers is enough.
+	got, err = tt.TestCaptured(whole[:42], len(whole))
+	require.NoError(t, err)
+	require.Equal(t, ClassCompound, got.Class)
+	// A frame whose own length is too short stays malformed.
+	bad := frames.UDP4("192.0.2.1", "198.18.0.1", 1, 11211, 1472).CorruptIPv4TotalLen(1600).Bytes
+	got, err = tt.TestCaptured(bad[:96], len(bad))
+	require.NoError(t, err)
+	require.Equal(t, Result{ActionDrop, ClassMalformed, -1}, got)
+	// Not cut: the same as Test.
+	got, err = tt.TestCaptured(whole, len(whole))
+	require.NoError(t, err)
+	require.Equal(t, ClassCompound, got.Class)
 }
