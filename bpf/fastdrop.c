@@ -16,9 +16,12 @@ static __always_inline __u32 fd_xdp_action(__u32 act)
  * interfaces has none of that: no branch, and no register kept for it. */
 static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 {
-	/* The whole frame's length: a jumbo frame comes in several buffers
-	 * (xdp.frags), and data_end ends the first. */
-	__u64 bytes = bpf_xdp_get_buff_len(ctx);
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	/* The first buffer's length; the parser makes it the whole frame's
+	 * when the frame may go on past it (a jumbo frame comes in several
+	 * buffers, xdp.frags, and data_end ends the first). */
+	__u32 bytes = data_end - data;
 	__u32 zero = 0, half, verdict;
 	struct fd_main *m;
 	struct fd_result r;
@@ -29,7 +32,7 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 	/* Read once: every table below comes from this half. */
 	half = *(volatile __u32 *)&m->state.active & 1;
 
-	r = fd_match(&m->half[half], ctx, bytes);
+	r = fd_match(&m->half[half], ctx, &bytes);
 	verdict = fd_xdp_action(fd_val_action(r.val));
 
 	/* One counter per frame: its slot's action gives the verdict. */
@@ -134,8 +137,10 @@ static __always_inline struct fd_result fd_decide_lpm(const void *arg, const str
 SEC("xdp.frags")
 int xdp_lpm_baseline(struct xdp_md *ctx)
 {
-	__u64 bytes = bpf_xdp_get_buff_len(ctx);
-	__u32 verdict = fd_xdp_action(fd_val_action(fd_parse_then(ctx, bytes, fd_decide_lpm, NULL).val));
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 bytes = data_end - data;
+	__u32 verdict = fd_xdp_action(fd_val_action(fd_parse_then(ctx, &bytes, fd_decide_lpm, NULL).val));
 	struct counter *cnt;
 
 	cnt = bpf_map_lookup_elem(&fd_lpm_verdicts, &verdict);

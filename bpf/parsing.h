@@ -28,18 +28,23 @@
 
 /* pos is where the next header starts. Headers are read only before
  * data_end, the end of the frame's first buffer (its linear part); length
- * fields are checked against len, the whole frame's length, which in a
- * multi-buffer frame (xdp.frags) goes beyond data_end. */
+ * fields are checked against the whole frame, which in a multi-buffer
+ * frame (xdp.frags) goes on beyond data_end. Reading the whole length is a
+ * helper call (a few ns), so it is read only when a length field reaches
+ * past the first buffer; len keeps it (0: not read, the frame's length is
+ * then data_end - data as far as the parser knows). */
 struct hdr_cursor {
 	void *pos;
-	void *data; /* the frame's first byte */
-	__u32 len;  /* the frame's length, all buffers */
+	void *data;         /* the frame's first byte */
+	struct xdp_md *ctx; /* for bpf_xdp_get_buff_len */
+	__u32 len;          /* the whole frame's length, once read; else 0 */
 };
 
-/* hdr_fits reports whether n bytes from the cursor lie within the frame's
- * length (not only its first buffer). */
-static __always_inline int hdr_fits(const struct hdr_cursor *nh, __u32 n)
+/* frame_holds reports whether n bytes from the cursor lie within the whole
+ * frame, all buffers; the caller has found that they reach past the first. */
+static __always_inline int frame_holds(struct hdr_cursor *nh, __u32 n)
 {
+	nh->len = bpf_xdp_get_buff_len(nh->ctx);
 	return (__u32)(nh->pos - nh->data) + n <= nh->len;
 }
 
@@ -121,7 +126,7 @@ static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
 	tot = bpf_ntohs(iph->tot_len);
 	if (tot < hdrsize)
 		return -1;
-	if (!hdr_fits(nh, tot))
+	if (nh->pos + tot > data_end && !frame_holds(nh, tot))
 		return -1;
 	nh->pos += hdrsize;
 	*iphdr = iph;
@@ -140,7 +145,8 @@ static __always_inline int parse_ip6hdr(struct hdr_cursor *nh, void *data_end,
 		return -1;
 	if (ip6h->version != 6)
 		return -1;
-	if (!hdr_fits(nh, sizeof(*ip6h) + bpf_ntohs(ip6h->payload_len)))
+	if ((void *)(ip6h + 1) + bpf_ntohs(ip6h->payload_len) > data_end &&
+	    !frame_holds(nh, sizeof(*ip6h) + bpf_ntohs(ip6h->payload_len)))
 		return -1;
 	nh->pos = ip6h + 1;
 	*ip6hdr = ip6h;

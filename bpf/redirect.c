@@ -236,9 +236,9 @@ static __always_inline int account(__u32 queue, int verdict, __u64 bytes)
 
 /* xdp.frags: runs on devices whose MTU needs frames of several buffers
  * (a veth with MTU 9000 refuses any other program in driver mode). The
- * filter reads headers from the first buffer only (a header beyond it is
- * as if cut short: the frame matches only rules that test nothing);
- * frames are counted at their whole length. A frame longer than a
+ * filter reads headers from the first buffer only, which always holds
+ * them (it follows no IPv6 extension headers); frames are counted at
+ * their whole length. A frame longer than a
  * socket's UMEM frame is dropped by the kernel when redirected to a socket
  * not bound for multi-buffer frames, and counted in its rx_dropped. */
 SEC("xdp.frags")
