@@ -842,6 +842,15 @@ struct fd_env {
  * frame's. Passed to fd_parse_then as a constant and inlined there. */
 typedef struct fd_result (*fd_decide_fn)(const void *arg, const struct fd_pkt *p);
 
+/* fd_malformed is decide(arg, NULL) for a malformed frame, whose whole
+ * length it reads into *len (see fd_parse_then). */
+static __always_inline struct fd_result fd_malformed(struct xdp_md *ctx, __u32 *len,
+						     fd_decide_fn decide, const void *arg)
+{
+	*len = bpf_xdp_get_buff_len(ctx);
+	return decide(arg, NULL);
+}
+
 /* fd_parse_then parses the frame at ctx and returns decide(arg, fields),
  * or decide(arg, NULL) for a malformed frame. Each kind of frame (IPv4 or
  * IPv6, with ports or without, not IP) gets its own inlined copy of
@@ -851,19 +860,25 @@ typedef struct fd_result (*fd_decide_fn)(const void *arg, const struct fd_pkt *p
  * fields (measured A/B: 64 rules + 10k prefixes, the worst frame 2.65x ->
  * 2.45x bare; every row faster). Only the fields that the frame's kind
  * makes meaningful are written (addresses of its family, ports when it has
- * them), and readers look at no others. */
-static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, fd_decide_fn decide,
-						      const void *arg)
+ * them), and readers look at no others.
+ *
+ * *len comes in as the length of the frame's first buffer and goes out as
+ * the whole frame's, all buffers: read (a helper call) only for frames
+ * that may go on past the first buffer, that is non-IP and malformed
+ * frames and IP frames whose length field reaches past it. An IP frame
+ * that ends in its first buffer needs no call. */
+static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 *len,
+						      fd_decide_fn decide, const void *arg)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct hdr_cursor nh = { .pos = data };
+	struct hdr_cursor nh = { .pos = data, .data = data, .ctx = ctx };
 	struct fd_pkt p;
 	int et, proto;
 
 	et = parse_ethhdr(&nh, data_end);
 	if (et < 0)
-		return decide(arg, NULL);
+		return fd_malformed(ctx, len, decide, arg);
 	p.ethertype = et;
 	p.nonfirst = 0;
 	p.has_ports = 0;
@@ -877,7 +892,9 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, fd_dec
 
 		proto = parse_iphdr(&nh, data_end, &iph);
 		if (proto < 0)
-			return decide(arg, NULL);
+			return fd_malformed(ctx, len, decide, arg);
+		if (nh.len)
+			*len = nh.len;
 		p.family = 4;
 		p.proto = proto;
 		p.src4 = bpf_ntohl(iph->saddr);
@@ -890,7 +907,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, fd_dec
 		p.kind = 4;
 		if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) {
 			if (fd_ports(&p, nh.pos, data_end) < 0)
-				return decide(arg, NULL);
+				return fd_malformed(ctx, len, decide, arg);
 			return decide(arg, &p);
 		}
 		return decide(arg, &p);
@@ -900,12 +917,14 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, fd_dec
 
 		proto = parse_ip6hdr(&nh, data_end, &ip6h);
 		if (proto < 0)
-			return decide(arg, NULL);
+			return fd_malformed(ctx, len, decide, arg);
+		if (nh.len)
+			*len = nh.len;
 		__builtin_memcpy(p.src6, &ip6h->saddr, 16);
 		__builtin_memcpy(p.dst6, &ip6h->daddr, 16);
 		proto = skip_ip6hdrext(&nh, data_end, proto, &p.nonfirst);
 		if (proto < 0)
-			return decide(arg, NULL);
+			return fd_malformed(ctx, len, decide, arg);
 		p.family = 6;
 		p.proto = proto;
 		p.src4 = 0;
@@ -917,11 +936,13 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, fd_dec
 		p.kind = 8;
 		if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) {
 			if (fd_ports(&p, nh.pos, data_end) < 0)
-				return decide(arg, NULL);
+				return fd_malformed(ctx, len, decide, arg);
 			return decide(arg, &p);
 		}
 		return decide(arg, &p);
 	}
+	/* Not IP: nothing says how long the frame is but the frame. */
+	*len = bpf_xdp_get_buff_len(ctx);
 	p.family = 0;
 	p.kind = 0;
 	p.proto = 0;
@@ -983,12 +1004,14 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 	return r;
 }
 
-/* fd_match evaluates one frame against one half of the rule set. */
-static __always_inline struct fd_result fd_match(const struct fd_half *h, struct xdp_md *ctx)
+/* fd_match evaluates one frame against one half of the rule set; *len as
+ * for fd_parse_then. */
+static __always_inline struct fd_result fd_match(const struct fd_half *h, struct xdp_md *ctx,
+						 __u32 *len)
 {
 	struct fd_env env = { .h = h };
 
-	return fd_parse_then(ctx, fd_decide, &env);
+	return fd_parse_then(ctx, len, fd_decide, &env);
 }
 
 static __always_inline __u32 fd_val_action(__u32 val)

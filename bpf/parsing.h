@@ -26,9 +26,27 @@
 #define PARSE_MAX_VLAN 2
 #define PARSE_MAX_IPV6_EXT 4
 
+/* pos is where the next header starts. Headers are read only before
+ * data_end, the end of the frame's first buffer (its linear part); length
+ * fields are checked against the whole frame, which in a multi-buffer
+ * frame (xdp.frags) goes on beyond data_end. Reading the whole length is a
+ * helper call (a few ns), so it is read only when a length field reaches
+ * past the first buffer; len keeps it (0: not read, the frame's length is
+ * then data_end - data as far as the parser knows). */
 struct hdr_cursor {
 	void *pos;
+	void *data;         /* the frame's first byte */
+	struct xdp_md *ctx; /* for bpf_xdp_get_buff_len */
+	__u32 len;          /* the whole frame's length, once read; else 0 */
 };
+
+/* frame_holds reports whether n bytes from the cursor lie within the whole
+ * frame, all buffers; the caller has found that they reach past the first. */
+static __always_inline int frame_holds(struct hdr_cursor *nh, __u32 n)
+{
+	nh->len = bpf_xdp_get_buff_len(nh->ctx);
+	return (__u32)(nh->pos - nh->data) + n <= nh->len;
+}
 
 struct vlan_hdr {
 	__be16 tci;
@@ -81,7 +99,8 @@ static __always_inline int parse_ethhdr(struct hdr_cursor *nh, void *data_end)
 }
 
 /* parse_iphdr checks an IPv4 header (version, IHL >= 5, the whole header
- * present, IHL*4 <= total length <= bytes to the end of the frame), leaves
+ * present in the first buffer, IHL*4 <= total length <= bytes to the end of
+ * the frame), leaves
  * the cursor after the options and returns the protocol, or -1. */
 static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
 				       struct iphdr **iphdr)
@@ -107,15 +126,16 @@ static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
 	tot = bpf_ntohs(iph->tot_len);
 	if (tot < hdrsize)
 		return -1;
-	if (nh->pos + tot > data_end)
+	if (nh->pos + tot > data_end && !frame_holds(nh, tot))
 		return -1;
 	nh->pos += hdrsize;
 	*iphdr = iph;
 	return iph->protocol;
 }
 
-/* parse_ip6hdr checks the fixed IPv6 header (version, 40 + payload length
- * <= bytes to the end of the frame) and returns the next header, or -1. */
+/* parse_ip6hdr checks the fixed IPv6 header (present in the first buffer,
+ * version, 40 + payload length <= bytes to the end of the frame) and
+ * returns the next header, or -1. */
 static __always_inline int parse_ip6hdr(struct hdr_cursor *nh, void *data_end,
 					struct ipv6hdr **ip6hdr)
 {
@@ -125,7 +145,8 @@ static __always_inline int parse_ip6hdr(struct hdr_cursor *nh, void *data_end,
 		return -1;
 	if (ip6h->version != 6)
 		return -1;
-	if ((void *)(ip6h + 1) + bpf_ntohs(ip6h->payload_len) > data_end)
+	if ((void *)(ip6h + 1) + bpf_ntohs(ip6h->payload_len) > data_end &&
+	    !frame_holds(nh, sizeof(*ip6h) + bpf_ntohs(ip6h->payload_len)))
 		return -1;
 	nh->pos = ip6h + 1;
 	*ip6hdr = ip6h;

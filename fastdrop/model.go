@@ -159,22 +159,49 @@ const (
 	MaxIPv6ExtHeaders = 4
 )
 
-// parseFrame implements "Parsing of frames" of docs/RULES.md. ok is false
+// parseFrame implements "How frames are read" of docs/RULES.md. ok is false
 // for a malformed frame. Every "present" check counts against the end of
 // the frame, not the IP total or payload length.
 func parseFrame(b []byte) (pkt packet, ok bool) {
+	pkt, ok, _ = parseFrameExtent(b)
+	return pkt, ok
+}
+
+// HeaderExtent returns how many leading bytes of frame the parser reads to
+// judge it (the end of the last header it reads): the verdict depends on
+// those bytes and on the frame's length, never on the bytes after them. A
+// frame cut at n bytes (a capture's snap length) and padded back to its
+// length is judged as the whole frame was if HeaderExtent(padded) <= n.
+func HeaderExtent(frame []byte) int {
+	_, _, ext := parseFrameExtent(frame)
+	return ext
+}
+
+// parseFrameExtent is parseFrame, and also returns the extent of the
+// bytes it read: the largest n for which it needed the first n bytes
+// present and found them.
+func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 	be := binary.BigEndian
-	if len(b) < 14 {
-		return pkt, false
+	// have reports whether the first n bytes are present and records
+	// that they were read.
+	have := func(n int) bool {
+		if n > len(b) {
+			return false
+		}
+		ext = max(ext, n)
+		return true
+	}
+	if !have(14) {
+		return pkt, false, ext
 	}
 	et := be.Uint16(b[12:14])
 	off := 14
 	for tags := 0; et == EtherTypeVLAN || et == EtherTypeQinQ; tags++ {
 		if tags == MaxVLANTags {
-			return pkt, false // a third tag
+			return pkt, false, ext // a third tag
 		}
-		if len(b) < off+4 {
-			return pkt, false
+		if !have(off + 4) {
+			return pkt, false, ext
 		}
 		et = be.Uint16(b[off+2 : off+4])
 		off += 4
@@ -184,14 +211,14 @@ func parseFrame(b []byte) (pkt packet, ok bool) {
 	var l4 int
 	switch et {
 	case EtherTypeIPv4:
-		if len(b) < off+20 {
-			return pkt, false
+		if !have(off + 20) {
+			return pkt, false, ext
 		}
 		ip := b[off:]
 		ihl := int(ip[0]&0x0f) * 4
 		totalLen := int(be.Uint16(ip[2:4]))
-		if ip[0]>>4 != 4 || ihl < 20 || len(ip) < ihl || totalLen < ihl || totalLen > len(ip) {
-			return pkt, false
+		if ip[0]>>4 != 4 || ihl < 20 || !have(off+ihl) || totalLen < ihl || totalLen > len(ip) {
+			return pkt, false, ext
 		}
 		pkt.isIP = true
 		pkt.src = netip.AddrFrom4([4]byte(ip[12:16]))
@@ -200,12 +227,12 @@ func parseFrame(b []byte) (pkt packet, ok bool) {
 		pkt.fragment = be.Uint16(ip[6:8])&0x1fff != 0
 		l4 = off + ihl
 	case EtherTypeIPv6:
-		if len(b) < off+40 {
-			return pkt, false
+		if !have(off + 40) {
+			return pkt, false, ext
 		}
 		ip := b[off:]
 		if ip[0]>>4 != 6 || 40+int(be.Uint16(ip[4:6])) > len(ip) {
-			return pkt, false
+			return pkt, false, ext
 		}
 		pkt.isIP = true
 		pkt.src = netip.AddrFrom16([16]byte(ip[8:24]))
@@ -214,25 +241,25 @@ func parseFrame(b []byte) (pkt packet, ok bool) {
 		cur := off + 40
 		for n := 0; isIPv6ExtHeader(nh); n++ {
 			if n == MaxIPv6ExtHeaders {
-				return pkt, false // a fifth extension header
+				return pkt, false, ext // a fifth extension header
 			}
 			var hlen int
 			switch nh {
 			case 44: // fragment: fixed 8 bytes
 				hlen = 8
 			case 51: // AH: length in 4-byte units, minus 2
-				if len(b) < cur+2 {
-					return pkt, false
+				if !have(cur + 2) {
+					return pkt, false, ext
 				}
 				hlen = (int(b[cur+1]) + 2) * 4
 			default: // hop-by-hop, routing, destination options: 8-byte units, minus 1
-				if len(b) < cur+2 {
-					return pkt, false
+				if !have(cur + 2) {
+					return pkt, false, ext
 				}
 				hlen = (int(b[cur+1]) + 1) * 8
 			}
-			if len(b) < cur+hlen {
-				return pkt, false
+			if !have(cur + hlen) {
+				return pkt, false, ext
 			}
 			isFrag := nh == 44
 			fragOff := isFrag && be.Uint16(b[cur+2:cur+4])>>3 != 0
@@ -248,11 +275,11 @@ func parseFrame(b []byte) (pkt packet, ok bool) {
 		pkt.proto = nh
 		l4 = cur
 	default:
-		return pkt, true // not IP: only ether-only rules can match
+		return pkt, true, ext // not IP: only ether-only rules can match
 	}
 
 	if pkt.fragment {
-		return pkt, true // no L4 header in a non-first fragment
+		return pkt, true, ext // no L4 header in a non-first fragment
 	}
 	switch pkt.proto {
 	case ProtoTCP, ProtoUDP:
@@ -260,12 +287,12 @@ func parseFrame(b []byte) (pkt packet, ok bool) {
 		if pkt.proto == ProtoTCP {
 			need = 20
 		}
-		if len(b) < l4+need {
-			return pkt, false
+		if !have(l4 + need) {
+			return pkt, false, ext
 		}
 		pkt.hasPorts = true
 		pkt.sport = be.Uint16(b[l4 : l4+2])
 		pkt.dport = be.Uint16(b[l4+2 : l4+4])
 	}
-	return pkt, true
+	return pkt, true, ext
 }

@@ -472,3 +472,30 @@ func TestModelRandomFramesNeverPanic(t *testing.T) {
 		}
 	}
 }
+
+// TestHeaderExtent: the bytes the parser reads end after the last header
+// it reads; what follows, and the Ethernet padding, are never read.
+func TestHeaderExtent(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		want  int
+	}{
+		{"UDP over IPv4", frames.UDP4("192.0.2.1", "198.18.0.1", 1, 53, 100).Bytes, 14 + 20 + 8},
+		{"TCP over IPv6", frames.TCP6("2001:db8::1", "2001:db8::2", 1, 22, 100).Bytes, 14 + 40 + 20},
+		{"IPv4 options", frames.Spec{Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("198.18.0.1"),
+			IPv4Options: make([]byte, 8), Proto: frames.ProtoUDP, Payload: make([]byte, 10)}.Build().Bytes, 14 + 28 + 8},
+		{"IPv6 extension header", frames.Spec{Src: netip.MustParseAddr("2001:db8::1"), Dst: netip.MustParseAddr("2001:db8::2"),
+			IPv6Ext: []frames.ExtHeader{{Type: frames.ProtoHopByHop, Len: 64}}, Proto: frames.ProtoTCP}.Build().Bytes, 14 + 40 + 64 + 20},
+		{"non-first fragment: no L4 header", frames.Spec{Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("198.18.0.1"),
+			IPv4FragOffset: 10, Proto: frames.ProtoUDP, Payload: make([]byte, 100)}.Build().Bytes, 14 + 20},
+		{"VLAN-tagged ARP", frames.Spec{VLANs: []frames.VLAN{{ID: 7}}, EtherType: frames.EtherTypeARP, Payload: make([]byte, 28)}.Build().Bytes, 18},
+		{"ICMP", frames.Spec{Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("198.18.0.1"), Proto: frames.ProtoICMP}.Build().Bytes, 14 + 20},
+		{"UDP header cut short", frames.UDP4("192.0.2.1", "198.18.0.1", 1, 53, 0).Bytes[:40], 14 + 20},
+		{"runt", make([]byte, 10), 0},
+	} {
+		if got := HeaderExtent(tc.frame); got != tc.want {
+			t.Errorf("%s: HeaderExtent = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -6,16 +6,32 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // traceLen is the size of struct fd_trace_rec, which the program built with
 // trace on prepends to every frame it returns from a test run.
 const traceLen = 8
 
-// ErrFrameSize is returned by Tester.Test for frames shorter than an
-// Ethernet header, which the kernel's test run refuses (and no driver hands
-// to XDP). Jumbo frames are run as multi-buffer XDP.
+// maxLinear is what a test run puts in a frame's first buffer: a page less
+// the XDP headroom and struct skb_shared_info (on x86-64); the rest of a
+// longer frame goes into further buffers.
+const maxLinear = 4096 - 256 - 320
+
+// ethHeader is the shortest frame an XDP test run takes (and a driver
+// hands to XDP).
+const ethHeader = 14
+
+// ErrFrameSize is returned by Tester.Test for frames longer than an XDP test
+// run takes (it hands a frame over in at most 1 + MAX_SKB_FRAGS buffers of
+// a page: 73,152 bytes with the default 17). Jumbo frames are run as
+// multi-buffer XDP, as a driver hands them to the attached program.
 var ErrFrameSize = errors.New("frame size outside what an XDP test run takes")
+
+// ErrCutHeaders is returned by Tester.TestCaptured for a frame that a
+// capture's snap length cut inside the headers the program reads: its
+// verdict cannot be known.
+var ErrCutHeaders = errors.New("cut inside its headers")
 
 // Tester runs frames through the exact fast-drop program, compiled from a
 // rule set into the same maps an attached program reads, with
@@ -23,11 +39,13 @@ var ErrFrameSize = errors.New("frame size outside what an XDP test run takes")
 // verdict and which rule decided. It is what `xdpdrop test` uses to check a
 // rule set against a capture before it goes live. Safe for concurrent use.
 type Tester struct {
-	e *Engine
+	e         *Engine
+	malformed Action // the rule set's verdict for malformed frames
 
 	mu     sync.Mutex
 	ruleOf map[uint32]int // counter slot -> index in the rule set
 	out    []byte
+	padded []byte // TestCaptured's frame, padded to its length
 }
 
 // NewTester loads the program with tracing on and applies rs.
@@ -41,7 +59,7 @@ func NewTester(rs *RuleSet) (*Tester, error) {
 	if err := e.Apply(rs); err != nil {
 		return nil, errors.Join(err, e.Close())
 	}
-	t := &Tester{e: e, ruleOf: make(map[uint32]int), out: make([]byte, 4096)}
+	t := &Tester{e: e, malformed: rs.EffectiveMalformed(), ruleOf: make(map[uint32]int), out: make([]byte, 4096)}
 	e.mu.Lock()
 	for i, s := range e.slots {
 		t.ruleOf[s] = i
@@ -53,16 +71,52 @@ func NewTester(rs *RuleSet) (*Tester, error) {
 // Test runs one frame through the program and returns its verdict, the
 // stage that decided (malformed, compound rule, prefix rule, default
 // policy) and the index of the rule in the rule set (-1 for none).
+//
+// A frame shorter than an Ethernet header is malformed (docs/RULES.md);
+// the kernel takes no such frame into a test run, and no driver hands one
+// to XDP, so Test judges it without the program and it is in no counter.
 func (t *Tester) Test(frame []byte) (Result, error) {
-	if len(frame) < 14 {
-		return Result{Rule: -1}, fmt.Errorf("%d bytes: %w", len(frame), ErrFrameSize)
+	if len(frame) < ethHeader {
+		return Result{Verdict: t.malformed, Class: ClassMalformed, Rule: -1}, nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.test(frame)
+}
+
+// TestCaptured is Test for a frame of length bytes of which a capture kept
+// only data (the first bytes, as a snap length cuts them): it judges the
+// frame at its length, as the attached program would have, by padding data
+// with zeros. The verdict depends only on the headers and the length
+// (HeaderExtent), so it is the whole frame's when the headers are all in
+// data; when the cut falls inside them it returns ErrCutHeaders.
+func (t *Tester) TestCaptured(data []byte, length int) (Result, error) {
+	if length <= len(data) {
+		return t.Test(data)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.padded = append(append(t.padded[:0], data...), make([]byte, length-len(data))...)
+	if ext := HeaderExtent(t.padded); ext > len(data) {
+		return Result{Rule: -1}, fmt.Errorf("%d of %d bytes captured, the headers need %d: %w", len(data), length, ext, ErrCutHeaders)
+	}
+	if length < ethHeader {
+		return Result{Verdict: t.malformed, Class: ClassMalformed, Rule: -1}, nil
+	}
+	return t.test(t.padded)
+}
+
+// test runs frame through the program; t.mu is held.
+func (t *Tester) test(frame []byte) (Result, error) {
 	if need := len(frame) + traceLen; need > len(t.out) {
 		t.out = make([]byte, need)
 	}
 	ret, err := t.e.prog.Run(&ebpf.RunOptions{Data: frame, DataOut: t.out})
+	if (errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EINVAL)) && len(frame) > maxLinear {
+		// Out of buffers (MAX_SKB_FRAGS): no driver hands such a frame
+		// to XDP either.
+		return Result{Rule: -1}, fmt.Errorf("%d bytes: %w", len(frame), ErrFrameSize)
+	}
 	if err != nil {
 		return Result{Rule: -1}, fmt.Errorf("fastdrop: test run of a %d-byte frame: %w", len(frame), err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpdrop/xdpdrop/internal/caps"
@@ -356,7 +357,7 @@ func attachOne(prog *ebpf.Program, index int, mode Mode, method Method) (link.Li
 			return l, MethodLink, nil
 		}
 		if !isNotSupported(err) {
-			return nil, MethodLink, attachErr(mode, err)
+			return nil, MethodLink, attachErr(index, mode, err)
 		}
 		method = MethodNetlink
 	}
@@ -364,13 +365,24 @@ func attachOne(prog *ebpf.Program, index int, mode Mode, method Method) (link.Li
 	// looked.
 	err := setXDP(index, prog.FD(), -1, mode.netlinkFlags()|unix.XDP_FLAGS_UPDATE_IF_NOEXIST)
 	if err != nil {
-		return nil, MethodNetlink, attachErr(mode, err)
+		return nil, MethodNetlink, attachErr(index, mode, err)
 	}
 	return nil, MethodNetlink, nil
 }
 
-func attachErr(mode Mode, err error) error {
+func attachErr(index int, mode Mode, err error) error {
 	switch {
+	case errors.Is(err, unix.ERANGE):
+		// veth's refusal (and the kernel's "numerical result out of
+		// range" says nothing): its own MTU or its peer's needs frames of
+		// several buffers, which only a frags-aware program may get.
+		name, mtu := fmt.Sprintf("interface %d", index), ""
+		if l, lerr := netlink.LinkByIndex(index); lerr == nil {
+			name, mtu = l.Attrs().Name, fmt.Sprintf(" (%d)", l.Attrs().MTU)
+		}
+		return fmt.Errorf("%w: %s mode: %w (the MTU of %s%s or of its veth peer is too large for this program in %s mode: "+
+			"above about 3,500 bytes only a program that takes multi-buffer frames (loaded from an xdp.frags section) runs there; "+
+			"lower the MTU (ip link set dev %s mtu 3500) or use generic mode)", ErrModeUnsupported, mode, err, name, mtu, mode, name)
 	case errors.Is(err, unix.EOPNOTSUPP):
 		return fmt.Errorf("%w: %s mode: %w (the device or driver cannot run XDP this way: try generic mode)", ErrModeUnsupported, mode, err)
 	case errors.Is(err, unix.EBUSY), errors.Is(err, unix.EEXIST):

@@ -11,8 +11,9 @@ fi
 
 # clang-19/llvm-19 build the BPF objects (make generate, check-generate);
 # bpftool, iproute2 and ethtool are for inspecting by hand and the tests'
-# helpers; linux-libc-dev and libbpf-dev provide the headers the C includes.
-pkgs=(clang-19 llvm-19 bpftool libbpf-dev linux-libc-dev iproute2 ethtool)
+# helpers; linux-libc-dev and libbpf-dev provide the headers the C includes;
+# tcpdump makes and reads the real captures `xdpdrop test` is tested with.
+pkgs=(clang-19 llvm-19 bpftool libbpf-dev linux-libc-dev iproute2 ethtool tcpdump)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
@@ -18,12 +19,13 @@ import (
 
 // testFrame is one frame in `xdpdrop test --json`.
 type testFrame struct {
-	Index     int       `json:"index"` // 1-based, as in Wireshark
+	Index     int       `json:"index"` // 1-based record number, as in Wireshark
 	Time      time.Time `json:"time"`
-	Length    int       `json:"length"`
-	Verdict   string    `json:"verdict"`              // drop or pass; "" when skipped
-	Class     string    `json:"class"`                // compound, prefix, default, malformed, skipped
-	RuleIndex int       `json:"rule_index,omitempty"` // 1-based position in the rule set, 0: none
+	Length    int       `json:"length"`                    // on the wire: what the program judges
+	Captured  int       `json:"captured_length,omitempty"` // what the capture kept, when it cut the frame short
+	Verdict   string    `json:"verdict"`                   // drop or pass; "" when skipped
+	Class     string    `json:"class"`                     // compound, prefix, default, malformed, skipped
+	RuleIndex int       `json:"rule_index,omitempty"`      // 1-based position in the rule set, 0: none
 	Rule      string    `json:"rule,omitempty"`
 	Line      int       `json:"line,omitempty"`  // the rule's line in the rules file
 	Error     string    `json:"error,omitempty"` // why it was skipped
@@ -31,13 +33,20 @@ type testFrame struct {
 
 // testSummary is the summary of `xdpdrop test --json`.
 type testSummary struct {
-	Frames    int            `json:"frames"`
-	Dropped   int            `json:"dropped"`
-	Passed    int            `json:"passed"`
-	Malformed int            `json:"malformed"`
-	Default   int            `json:"default"`
-	Skipped   int            `json:"skipped"`
-	Rules     []testRuleHits `json:"rules"` // every rule, in rule-set order
+	Frames    int `json:"frames"`
+	Dropped   int `json:"dropped"`
+	Passed    int `json:"passed"`
+	Malformed int `json:"malformed"`
+	Default   int `json:"default"`
+	Skipped   int `json:"skipped"`
+	// Cut: frames the capture's snap length cut short. Those whose
+	// headers were all captured are judged at their length on the wire
+	// (padded); CutHeaders of them were cut inside their headers and
+	// are skipped.
+	Cut         int            `json:"cut"`
+	CutHeaders  int            `json:"cut_in_headers"`
+	NotEthernet int            `json:"not_ethernet"` // skipped: from a pcapng interface that is not Ethernet
+	Rules       []testRuleHits `json:"rules"`        // every rule, in rule-set order
 }
 
 type testRuleHits struct {
@@ -49,7 +58,7 @@ type testRuleHits struct {
 type testReport struct {
 	Rules   string      `json:"rules"`
 	Capture string      `json:"capture"`
-	Frames  []testFrame `json:"frames,omitempty"`
+	Frames  []testFrame `json:"frames,omitzero"` // every record; left out with --summary
 	Summary testSummary `json:"summary"`
 }
 
@@ -66,7 +75,15 @@ BPF_PROG_TEST_RUN, and prints each frame's verdict and the rule that decided,
 then a summary per verdict and per rule. No interface is touched: use it to
 check a rule set against yesterday's traffic before it goes live.
 
-Frames shorter than an Ethernet header are reported as skipped.`,
+Frames are numbered by their record in the file, as Wireshark numbers them.
+A frame that the capture's snap length cut short (tcpdump -s 96) is judged
+at its length on the wire: the verdict depends only on the headers and the
+length, so the missing bytes are filled with zeros; a frame cut inside its
+headers is skipped, since its verdict cannot be known. The summary says how
+many frames were cut. Frames of a pcapng interface that is not Ethernet are
+skipped and named. A frame shorter than an Ethernet header is malformed, as
+docs/RULES.md says; jumbo frames are judged whole, as the attached program
+judges them.`,
 		Example: `  xdpdrop test --rules attack.rules --pcap yesterday.pcap
   xdpdrop test --rules attack.rules --pcap big.pcapng --summary
   xdpdrop test --rules attack.rules --pcap sample.pcap --json | jq '.summary'`,
@@ -84,8 +101,18 @@ Frames shorter than an Ethernet header are reported as skipped.`,
 	return cmd
 }
 
-// openCapture opens a pcap or pcapng file of Ethernet frames.
-func openCapture(path string) (next func() ([]byte, time.Time, int, error), closer io.Closer, err error) {
+// capRecord is one packet record of a capture.
+type capRecord struct {
+	data   []byte
+	ts     time.Time
+	length int    // on the wire; more than len(data) when the snap length cut it
+	link   string // "" for Ethernet, else why the frame is not read
+}
+
+// openCapture opens a pcap or pcapng file of Ethernet frames. A pcap file
+// has one link type, refused unless Ethernet; a pcapng file may have
+// interfaces of several, and each record says whether it is Ethernet.
+func openCapture(path string) (next func() (capRecord, error), closer io.Closer, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--pcap: %w", err)
@@ -96,35 +123,52 @@ func openCapture(path string) (next func() ([]byte, time.Time, int, error), clos
 		f.Close()
 		return nil, nil, fmt.Errorf("--pcap %s: not a pcap or pcapng file (too short)", path)
 	}
-	var link layers.LinkType
 	if bytes.Equal(magic, []byte{0x0a, 0x0d, 0x0d, 0x0a}) {
-		r, err := pcapgo.NewNgReader(br, pcapgo.DefaultNgReaderOptions)
+		opts := pcapgo.DefaultNgReaderOptions
+		// Every record, whatever its interface's link type: otherwise
+		// those of other interfaces than the first are left out without
+		// a word, and the records after them renumbered.
+		opts.WantMixedLinkType = true
+		r, err := pcapgo.NewNgReader(br, opts)
 		if err != nil {
 			f.Close()
 			return nil, nil, fmt.Errorf("--pcap %s: %w", path, err)
 		}
-		link = r.LinkType()
-		next = func() ([]byte, time.Time, int, error) {
+		next = func() (capRecord, error) {
 			data, ci, err := r.ReadPacketData()
-			return data, ci.Timestamp, ci.Length, err
+			if err != nil {
+				return capRecord{}, err
+			}
+			rec := capRecord{data: data, ts: ci.Timestamp, length: ci.Length}
+			if lt, _ := ci.AncillaryData[0].(layers.LinkType); lt != layers.LinkTypeEthernet {
+				name := ""
+				if ifc, err := r.Interface(ci.InterfaceIndex); err == nil && ifc.Name != "" {
+					name = " (" + ifc.Name + ")"
+				}
+				rec.link = fmt.Sprintf("not Ethernet: interface %d%s has link type %s", ci.InterfaceIndex, name, lt)
+			}
+			return rec, nil
 		}
-	} else {
-		r, err := pcapgo.NewReader(br)
-		if err != nil {
-			f.Close()
-			return nil, nil, fmt.Errorf("--pcap %s: not a pcap or pcapng file: %w", path, err)
-		}
-		link = r.LinkType()
-		next = func() ([]byte, time.Time, int, error) {
-			data, ci, err := r.ReadPacketData()
-			return data, ci.Timestamp, ci.Length, err
-		}
+		return next, f, nil
 	}
-	if link != layers.LinkTypeEthernet {
+	r, err := pcapgo.NewReader(br)
+	if err != nil {
 		f.Close()
-		return nil, nil, fmt.Errorf("--pcap %s: link type %s: want Ethernet (capture on one interface, e.g. tcpdump -i eth3 -w FILE, not -i any)", path, link)
+		return nil, nil, fmt.Errorf("--pcap %s: not a pcap or pcapng file: %w", path, err)
+	}
+	if link := r.LinkType(); link != layers.LinkTypeEthernet {
+		f.Close()
+		return nil, nil, notEthernet(path, "link type "+link.String())
+	}
+	next = func() (capRecord, error) {
+		data, ci, err := r.ReadPacketData()
+		return capRecord{data: data, ts: ci.Timestamp, length: ci.Length}, err
 	}
 	return next, f, nil
+}
+
+func notEthernet(path, what string) error {
+	return fmt.Errorf("--pcap %s: %s: want Ethernet (capture on one interface, e.g. tcpdump -i eth3 -w FILE, not -i any)", path, what)
 }
 
 func (a *app) test(rulesPath, capture string, jsonOut, summaryOnly bool) error {
@@ -144,6 +188,10 @@ func (a *app) test(rulesPath, capture string, jsonOut, summaryOnly bool) error {
 	defer tester.Close()
 
 	rep := testReport{Rules: rulesPath, Capture: capture}
+	if !summaryOnly {
+		rep.Frames = []testFrame{} // an empty capture has an empty list
+	}
+	var firstLink string // the first record skipped as not Ethernet
 	hits := make([]int, len(rs.Rules))
 	perFrame := !jsonOut && !summaryOnly
 	tw := table(a.stdout)
@@ -151,17 +199,37 @@ func (a *app) test(rulesPath, capture string, jsonOut, summaryOnly bool) error {
 		fmt.Fprintln(tw, "#\tTIME\tLEN\tVERDICT\tBY\tRULE")
 	}
 	for i := 1; ; i++ {
-		data, ts, length, err := next()
+		rec, err := next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return fmt.Errorf("--pcap %s: frame %d: %w", capture, i, err)
 		}
-		fr := testFrame{Index: i, Time: ts, Length: length}
-		res, err := tester.Test(data)
+		fr := testFrame{Index: i, Time: rec.ts, Length: max(rec.length, len(rec.data))}
+		cut := rec.length > len(rec.data)
+		if cut {
+			fr.Captured = len(rec.data)
+		}
+		var res fastdrop.Result
 		switch {
-		case errors.Is(err, fastdrop.ErrFrameSize):
+		case rec.link != "":
+			err = errors.New(rec.link)
+			rep.Summary.NotEthernet++
+			if firstLink == "" {
+				firstLink = rec.link
+			}
+		case cut:
+			rep.Summary.Cut++
+			res, err = tester.TestCaptured(rec.data, rec.length)
+		default:
+			res, err = tester.Test(rec.data)
+		}
+		switch {
+		case rec.link != "", errors.Is(err, fastdrop.ErrFrameSize), errors.Is(err, fastdrop.ErrCutHeaders):
+			if errors.Is(err, fastdrop.ErrCutHeaders) {
+				rep.Summary.CutHeaders++
+			}
 			fr.Class, fr.Error = "skipped", err.Error()
 			rep.Summary.Skipped++
 		case err != nil:
@@ -201,8 +269,15 @@ func (a *app) test(rulesPath, capture string, jsonOut, summaryOnly bool) error {
 			if verdict == "" {
 				verdict = "-"
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\n", fr.Index, fr.Time.Format("15:04:05.000000"), fr.Length, verdict, fr.Class, rule)
+			length := strconv.Itoa(fr.Length)
+			if fr.Captured > 0 {
+				length += fmt.Sprintf(" (%d captured)", fr.Captured)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", fr.Index, fr.Time.Format("15:04:05.000000"), length, verdict, fr.Class, rule)
 		}
+	}
+	if rep.Summary.NotEthernet > 0 && rep.Summary.NotEthernet == rep.Summary.Frames {
+		return notEthernet(capture, "no Ethernet frame in it ("+firstLink+")")
 	}
 	for i, r := range rs.Rules {
 		rep.Summary.Rules = append(rep.Summary.Rules, testRuleHits{Index: i + 1, Rule: r.String(), Frames: hits[i]})
@@ -219,6 +294,13 @@ func (a *app) test(rulesPath, capture string, jsonOut, summaryOnly bool) error {
 	s := rep.Summary
 	fmt.Fprintf(a.stdout, "%d frames: %d dropped, %d passed (%d malformed, %d by the default policy %s), %d skipped\n",
 		s.Frames, s.Dropped, s.Passed, s.Malformed, s.Default, rs.EffectivePolicy(), s.Skipped)
+	if s.Cut > 0 {
+		fmt.Fprintf(a.stdout, "%d %s cut short by the capture's snap length: %d judged at their length on the wire (headers all captured, the rest filled with zeros), %d skipped (cut inside their headers)\n",
+			s.Cut, plural(s.Cut, "frame was", "frames were"), s.Cut-s.CutHeaders, s.CutHeaders)
+	}
+	if s.NotEthernet > 0 {
+		fmt.Fprintf(a.stdout, "%d %s skipped: not Ethernet (%s)\n", s.NotEthernet, plural(s.NotEthernet, "frame", "frames"), firstLink)
+	}
 	t := table(a.stdout)
 	fmt.Fprintln(t, "#\tRULE\tFRAMES")
 	for _, r := range s.Rules {
@@ -239,4 +321,11 @@ func className(c fastdrop.ResultClass) string {
 		return "default"
 	}
 	return "unknown"
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
