@@ -50,14 +50,19 @@ enum fd_field {
 
 enum fd_layout {
 	FD_MAX_COMPOUND = 256,
-	FD_BM_WORDS = 4, /* FD_MAX_COMPOUND bits */
-	FD_KINDS = 12,   /* family(3) x non-first fragment(2) x has ports(2) */
+	FD_BM_WORDS = FD_MAX_COMPOUND / 64,
+	FD_KINDS = 12, /* family(3) x non-first fragment(2) x has ports(2) */
+
+	/* Sizes of the records user space reads and writes. */
+	FD_REC_SIZE = 64,     /* struct fd_rule_rec */
+	FD_COUNTER_SIZE = 16, /* struct counter */
+	FD_V6_ENT_SIZE = 32,  /* struct fd_v6_ent */
 
 	/* A match result ("val"), also the entry of the prefix tables:
 	 * action in bits 29-30, counter slot in bits 0-28; 0 = no match.
 	 * In DIR-24-8 tables bit 31 set means "the rest is a tbl8 group". */
 	FD_VAL_ACT_SHIFT = 29,
-	FD_VAL_SLOT_MASK = 0x1fffffff,
+	FD_VAL_SLOT_MASK = (1 << FD_VAL_ACT_SHIFT) - 1,
 
 	/* Counter slots: per CPU, fd_counter_slots slots of struct counter.
 	 * The first FD_SLOT_RULES are not rules: malformed frames and frames
@@ -65,46 +70,56 @@ enum fd_layout {
 	 * the counts of removed rules, which user space adds up by action.
 	 * A frame is counted once, in one slot whose action is known, so
 	 * user space derives the per-verdict counts. */
-	FD_SLOT_MALFORMED = 0, /* + action */
-	FD_SLOT_DEFAULT = 4,   /* + action */
-	FD_SLOT_RETIRED = 8,   /* + action; never written by the program */
+	FD_SLOT_MALFORMED = 0,                     /* + action */
+	FD_SLOT_DEFAULT = FD_SLOT_MALFORMED + 4,   /* + action */
+	FD_SLOT_RETIRED = FD_SLOT_DEFAULT + 4,     /* + action; never written by the program */
 	FD_SLOT_RULES = 16,
 
+	/* Entries of a direct table indexed by a 16-bit value (ports, ether,
+	 * the first 16 bits of an address). */
+	FD_DIRECT = 1 << 16,
+	/* Entries of the front tables (see fd_front_ports, fd_front_proto). */
+	FD_FRONT_PORTS_N = 4 * FD_DIRECT, /* (IPv6, UDP) x dport */
+	FD_FRONT_PROTO_N = 4 * 256,       /* (IPv6, non-first fragment) x proto */
+
 	/* fd_cls_half.tab: u16 class ids, FD_TAB_HALF per half. One
-	 * 64k-entry direct table per field (ports, ether, the first 16 bits of
-	 * the addresses), then a pool of 256-entry chunks for the address
+	 * direct table per field (ports, ether, the first 16 bits of the
+	 * addresses), then a pool of 256-entry chunks for the address
 	 * tries. A trie entry with bit 15 set is a chunk index. */
 	FD_TAB_ETHER = 0,
-	FD_TAB_SPORT = 65536,
-	FD_TAB_DPORT = 131072,
-	FD_TAB_SRC4 = 196608,
-	FD_TAB_DST4 = 262144,
-	FD_TAB_SRC6 = 327680,
-	FD_TAB_DST6 = 393216,
-	FD_TAB_PROTO = 458752,
-	FD_TAB_POOL = 459776,
+	FD_TAB_SPORT = FD_TAB_ETHER + FD_DIRECT,
+	FD_TAB_DPORT = FD_TAB_SPORT + FD_DIRECT,
+	FD_TAB_SRC4 = FD_TAB_DPORT + FD_DIRECT,
+	FD_TAB_DST4 = FD_TAB_SRC4 + FD_DIRECT,
+	FD_TAB_SRC6 = FD_TAB_DST4 + FD_DIRECT,
+	FD_TAB_DST6 = FD_TAB_SRC6 + FD_DIRECT,
+	FD_TAB_PROTO = FD_TAB_DST6 + FD_DIRECT,
+	FD_TAB_POOL = FD_TAB_PROTO + 1024, /* 256 used */
+	FD_TAB_CHUNK = 256, /* entries of a chunk: 8 bits */
 	FD_TAB_CHUNKS = 8192,
 	/* The front tables' classes (more than 64 compound rules): indexed as
 	 * FD_B64_PORTS and FD_B64_FRONT are, their bitmaps at FD_BM_FRONT. */
-	FD_TAB_FPORTS = 2556928, /* FD_TAB_POOL + FD_TAB_CHUNKS * 256 */
-	FD_TAB_FPROTO = 2819072,
+	FD_TAB_FPORTS = FD_TAB_POOL + FD_TAB_CHUNKS * FD_TAB_CHUNK,
+	FD_TAB_FPROTO = FD_TAB_FPORTS + FD_FRONT_PORTS_N,
 	/* With at most 64 compound rules, the IPv4 address fields also have
 	 * a two-level trie, 20 + 12 bits: the first level of the source
 	 * field, then the destination's, then chunks of 4096 entries (a field
 	 * needs at most one per prefix longer than /20). */
-	FD_TAB_W4 = 2820096,
-	FD_TAB_W4POOL = 4917248, /* FD_TAB_W4 + 2 << 20 */
+	FD_TAB_W4 = FD_TAB_FPROTO + FD_FRONT_PROTO_N,
+	FD_TAB_W4L1 = 1 << 20,     /* entries of a first level: 20 bits */
+	FD_TAB_W4CHUNK = 1 << 12,  /* entries of a chunk: 12 bits */
+	FD_TAB_W4POOL = FD_TAB_W4 + 2 * FD_TAB_W4L1,
 	FD_TAB_W4CHUNKS = 128,
-	FD_TAB_HALF = 5441536, /* FD_TAB_W4POOL + FD_TAB_W4CHUNKS * 4096 */
+	FD_TAB_HALF = FD_TAB_W4POOL + FD_TAB_W4CHUNKS * FD_TAB_W4CHUNK,
 	FD_TAB_EXT = 0x8000,
 
 	/* fd_cls_half.bm: rule bitmaps, FD_BM_HALF per half, FD_BM_FIELD
 	 * classes per field, then FD_BM_FRONTS for the front tables (their
 	 * classes never exceed 4 x 513 + 4 x 257). */
 	FD_BM_FIELD = 1024,
-	FD_BM_FRONT = 8192,
+	FD_BM_FRONT = FD_FLD_MAX * FD_BM_FIELD,
 	FD_BM_FRONTS = 4096,
-	FD_BM_HALF = 12288,
+	FD_BM_HALF = FD_BM_FRONT + FD_BM_FRONTS,
 
 	/* fd_cls_half.b64: with at most 64 compound rules a bitmap is one
 	 * u64; then the direct fields map a value straight to its bitmap,
@@ -116,20 +131,20 @@ enum fd_layout {
 	 * FD_B64_PORTS is indexed by fd_front_ports(), FD_B64_FRONT by
 	 * fd_front_proto(). */
 	FD_B64_ETHER = 0,
-	FD_B64_SPORT = 65536,
-	FD_B64_DPORT = 131072,
-	FD_B64_PROTO = 196608,
-	FD_B64_SRC4 = 197120,
-	FD_B64_DST4 = 198144,
-	FD_B64_SRC6 = 199168,
-	FD_B64_DST6 = 200192,
-	FD_B64_PORTS = 201216, /* 4 x 65536: (IPv6, UDP) x dport */
-	FD_B64_FRONT = 463360, /* 4 x 256: (IPv6, non-first fragment) x proto */
-	FD_B64_HALF = 464384,
+	FD_B64_SPORT = FD_B64_ETHER + FD_DIRECT,
+	FD_B64_DPORT = FD_B64_SPORT + FD_DIRECT,
+	FD_B64_PROTO = FD_B64_DPORT + FD_DIRECT,
+	FD_B64_SRC4 = FD_B64_PROTO + 512, /* 256 used */
+	FD_B64_DST4 = FD_B64_SRC4 + FD_BM_FIELD,
+	FD_B64_SRC6 = FD_B64_DST4 + FD_BM_FIELD,
+	FD_B64_DST6 = FD_B64_SRC6 + FD_BM_FIELD,
+	FD_B64_PORTS = FD_B64_DST6 + FD_BM_FIELD,
+	FD_B64_FRONT = FD_B64_PORTS + FD_FRONT_PORTS_N,
+	FD_B64_HALF = FD_B64_FRONT + FD_FRONT_PROTO_N,
 
 	/* Byte offsets in struct fd_cls_half, and its size. */
 	FD_CLS_TAB = 0,
-	FD_CLS_BM = FD_TAB_HALF * 2,
+	FD_CLS_BM = FD_CLS_TAB + FD_TAB_HALF * 2,
 	FD_CLS_B64 = FD_CLS_BM + FD_BM_HALF * 32,
 	FD_CLS_SIZE = FD_CLS_B64 + FD_B64_HALF * 8,
 
@@ -137,11 +152,11 @@ enum fd_layout {
 	FD_V4_TBL24 = 1 << 24,
 	FD_V4_GROUP = 256,
 	FD_V4_SPARSE_MAX = 11, /* host routes in a sparse group */
-	FD_V6_ENT_SIZE = 32,
+	FD_V4_SPARSE_SIZE = 64, /* struct fd_v4_sparse */
 
 	/* Byte offsets in struct fd_main (the value of fd_main): the state,
-	 * then the halves, each its fd_conf, its compound tables and its
-	 * tbl24 (struct fd_half, FD_HALF_SIZE bytes). */
+	 * then the halves, each its fd_conf, its compound
+	 * tables and its tbl24 (struct fd_half, FD_HALF_SIZE bytes). */
 	FD_MAIN_HALF = 4096,
 	FD_HALF_CLS = 4096,
 	FD_HALF_TBL24 = FD_HALF_CLS + FD_CLS_SIZE,
@@ -154,6 +169,44 @@ enum fd_layout {
 	FD_V6_PROBES = 16, /* no key sits further from home (Go ensures) */
 	FD_V6_DEPTH = 8,   /* binary search over <= 255 lengths */
 };
+
+/* Each section of the layout holds what indexes it, and masks are powers
+ * of two. The offsets above are sums of the sizes before them; these say
+ * why each size is enough. */
+#define FD_POW2(x) ((x) > 0 && ((x) & ((x) - 1)) == 0)
+_Static_assert(FD_BM_WORDS * 64 == FD_MAX_COMPOUND, "one bitmap bit per compound rule");
+_Static_assert(FD_SLOT_RETIRED + 4 <= FD_SLOT_RULES, "the slots by action come before the rules'");
+_Static_assert(FD_SLOT_RULES - 1 <= FD_VAL_SLOT_MASK, "a slot fits a val");
+_Static_assert(FD_ACT_REDIRECT <= 3, "an action fits the two action bits of a val");
+/* fd_cls_half.tab */
+_Static_assert(FD_TAB_SPORT - FD_TAB_ETHER >= FD_DIRECT, "ether table: 16-bit ethertype");
+_Static_assert(FD_TAB_POOL - FD_TAB_PROTO >= 256, "protocol table: 8-bit protocol");
+_Static_assert(FD_POW2(FD_TAB_CHUNKS) && FD_TAB_CHUNKS <= FD_TAB_EXT, "trie chunks: masked, and a u16 entry names one");
+_Static_assert(FD_TAB_FPROTO - FD_TAB_FPORTS >= FD_FRONT_PORTS_N, "front classes with ports");
+_Static_assert(FD_TAB_W4 - FD_TAB_FPROTO >= FD_FRONT_PROTO_N, "front classes without ports");
+_Static_assert(FD_POW2(FD_FRONT_PORTS_N) && FD_POW2(FD_FRONT_PROTO_N), "front indexes are masked");
+_Static_assert(FD_FRONT_PORTS_N > (1 << 17 | 1 << 16 | 0xffff), "fd_front_ports: IPv6 << 17 | UDP << 16 | dport");
+_Static_assert(FD_FRONT_PROTO_N > (1 << 9 | 1 << 8 | 0xff), "fd_front_proto: IPv6 << 9 | non-first << 8 | proto");
+_Static_assert(FD_TAB_CHUNK == 1 << 8, "trie chunks resolve 8 bits (fd_trie4, fd_trie6)");
+_Static_assert(FD_TAB_W4L1 == 1 << 20 && FD_TAB_W4CHUNK == 1 << 12, "W4 tries: 20 + 12 bits (fd_trie4w)");
+_Static_assert(FD_TAB_W4POOL - FD_TAB_W4 >= 2 * FD_TAB_W4L1, "two first levels (source, destination)");
+_Static_assert(FD_POW2(FD_TAB_W4CHUNKS) && FD_TAB_W4CHUNKS <= FD_TAB_EXT, "W4 chunks: masked, and a u16 entry names one");
+_Static_assert(FD_TAB_HALF - FD_TAB_W4POOL >= FD_TAB_W4CHUNKS * FD_TAB_W4CHUNK, "W4 chunks");
+/* fd_cls_half.bm */
+_Static_assert(FD_POW2(FD_BM_FIELD) && FD_BM_FIELD <= FD_TAB_EXT, "field classes: masked, below the chunk bit");
+_Static_assert(FD_BM_FRONT >= FD_FLD_MAX * FD_BM_FIELD, "the fields' bitmaps");
+_Static_assert(FD_POW2(FD_BM_FRONTS) && FD_BM_FRONTS >= 4 * 513 + 4 * 257, "the front classes' bitmaps");
+_Static_assert(FD_BM_HALF >= FD_BM_FRONT + FD_BM_FRONTS, "bitmaps of a half");
+/* fd_cls_half.b64 */
+_Static_assert(FD_B64_SPORT - FD_B64_ETHER >= FD_DIRECT, "b64 ether: 16-bit ethertype");
+_Static_assert(FD_B64_DPORT - FD_B64_SPORT >= FD_DIRECT, "b64 sport");
+_Static_assert(FD_B64_PROTO - FD_B64_DPORT >= FD_DIRECT, "b64 dport");
+_Static_assert(FD_B64_SRC4 - FD_B64_PROTO >= 256, "b64 protocol");
+_Static_assert(FD_B64_PORTS - FD_B64_DST6 >= FD_BM_FIELD, "b64 address classes");
+_Static_assert(FD_B64_FRONT - FD_B64_PORTS >= FD_FRONT_PORTS_N, "b64 front with ports");
+_Static_assert(FD_B64_HALF - FD_B64_FRONT >= FD_FRONT_PROTO_N, "b64 front without ports");
+/* struct fd_cls_half, struct fd_half: sizes fit an enum and a map value. */
+_Static_assert(FD_HALF_SIZE < 0x7fffffff / 2 - FD_MAIN_HALF, "fd_main fits an array map value");
 
 /* A tbl24 entry with FD_V4_EXT points to a group: with FD_V4_SPARSE a
  * sparse group, else a tbl8 group; its number in FD_V4_ID. */
@@ -172,7 +225,7 @@ struct fd_v4_sparse {
 	__u32 val[FD_V4_SPARSE_MAX];
 };
 
-_Static_assert(sizeof(struct fd_v4_sparse) == 64, "fd_v4_sparse is 64 bytes");
+_Static_assert(sizeof(struct fd_v4_sparse) == FD_V4_SPARSE_SIZE, "fd_v4_sparse size");
 
 /* Written by user space; packets read it once. */
 struct fd_state {
@@ -220,6 +273,11 @@ struct fd_cls_half {
 	__u64 b64[FD_B64_HALF];
 };
 
+_Static_assert(__builtin_offsetof(struct fd_cls_half, tab) == FD_CLS_TAB, "fd_cls_half layout");
+_Static_assert(__builtin_offsetof(struct fd_cls_half, bm) == FD_CLS_BM, "fd_cls_half layout");
+_Static_assert(__builtin_offsetof(struct fd_cls_half, b64) == FD_CLS_B64, "fd_cls_half layout");
+_Static_assert(sizeof(struct fd_cls_half) == FD_CLS_SIZE, "fd_cls_half layout");
+
 /* One entry of the IPv6 prefix hash table (binary search on prefix
  * lengths with markers, Waldvogel et al. 1997). */
 struct fd_v6_ent {
@@ -258,6 +316,8 @@ struct fd_rule_rec {
 	__u8 src[16];
 	__u8 dst[16];
 };
+
+_Static_assert(sizeof(struct fd_rule_rec) == FD_REC_SIZE, "fd_rule_rec size");
 
 enum fd_rec_flags {
 	FD_REC_SRC = 1,
@@ -324,6 +384,10 @@ struct fd_main {
 	struct fd_half half[2];
 };
 
+_Static_assert(sizeof(struct fd_state) <= FD_MAIN_HALF, "fd_main layout");
+_Static_assert(sizeof(struct fd_conf) <= FD_HALF_CLS, "fd_half layout");
+_Static_assert(sizeof(struct fd_v6_ent) == FD_V6_ENT_SIZE, "fd_v6_ent size");
+_Static_assert(sizeof(struct counter) == FD_COUNTER_SIZE, "counter size");
 _Static_assert(__builtin_offsetof(struct fd_main, half) == FD_MAIN_HALF, "fd_main layout");
 _Static_assert(__builtin_offsetof(struct fd_half, cls) == FD_HALF_CLS, "fd_half layout");
 _Static_assert(__builtin_offsetof(struct fd_half, tbl24) == FD_HALF_TBL24, "fd_half layout");
@@ -516,14 +580,15 @@ static __always_inline int fd_bm_first(const struct fd_bm *acc)
 static __always_inline __u32 fd_front_ports(const struct fd_pkt *p)
 {
 	return ((__u32)(p->kind & 8) << 14 | (__u32)(p->proto & 1) << 16 | p->dport) &
-	       (4 * 65536 - 1);
+	       (FD_FRONT_PORTS_N - 1);
 }
 
 /* The index of an IP frame without ports in FD_B64_FRONT: IPv6 << 9 |
  * non-first fragment << 8 | protocol. */
 static __always_inline __u32 fd_front_proto(const struct fd_pkt *p)
 {
-	return ((__u32)(p->kind & 8) << 6 | (__u32)(p->kind & 2) << 7 | p->proto) & (4 * 256 - 1);
+	return ((__u32)(p->kind & 8) << 6 | (__u32)(p->kind & 2) << 7 | p->proto) &
+	       (FD_FRONT_PROTO_N - 1);
 }
 
 /* fd_compound returns the position of the first compound rule that

@@ -32,9 +32,13 @@ const (
 	bmHalf       = int(gen.FastdropFdLayoutFD_BM_HALF)
 	v6Probes     = int(gen.FastdropFdLayoutFD_V6PROBES)
 	v4Ext        = uint32(0x80000000)
-	recSize      = 64
-	v6EntSize    = 32
-	counterSize  = 16
+	recSize      = int(gen.FastdropFdLayoutFD_REC_SIZE)     // struct fd_rule_rec
+	v6EntSize    = int(gen.FastdropFdLayoutFD_V6ENT_SIZE)   // struct fd_v6_ent
+	counterSize  = int(gen.FastdropFdLayoutFD_COUNTER_SIZE) // struct counter
+	directSize   = int(gen.FastdropFdLayoutFD_DIRECT)       // a table indexed by 16 bits
+	trieChunk    = int(gen.FastdropFdLayoutFD_TAB_CHUNK)
+	w4L1         = int(gen.FastdropFdLayoutFD_TAB_W4L1)
+	w4Chunk      = int(gen.FastdropFdLayoutFD_TAB_W4CHUNK)
 	tbl24Entries = 1 << 24 // FD_V4_TBL24, untyped (checked below)
 	// Byte offsets in struct fd_cls_half.
 	clsTab = int64(gen.FastdropFdLayoutFD_CLS_TAB)
@@ -87,6 +91,9 @@ const (
 	tabW4     = int64(gen.FastdropFdLayoutFD_TAB_W4)
 	tabW4Pool = int64(gen.FastdropFdLayoutFD_TAB_W4POOL)
 	w4Chunks  = int(gen.FastdropFdLayoutFD_TAB_W4CHUNKS)
+	// Entries of the front tables.
+	frontPortsN = int(gen.FastdropFdLayoutFD_FRONT_PORTS_N)
+	frontProtoN = int(gen.FastdropFdLayoutFD_FRONT_PROTO_N)
 )
 
 const (
@@ -416,7 +423,7 @@ func compileCompound(rules []*Rule) (*classifier, error) {
 			}
 		}
 	}
-	c.exact(fldEther, rules, 65536, func(r *Rule) (int, bool) { return int(r.EtherType), r.EtherType != 0 })
+	c.exact(fldEther, rules, directSize, func(r *Rule) (int, bool) { return int(r.EtherType), r.EtherType != 0 })
 	c.exact(fldProto, rules, 256, func(r *Rule) (int, bool) { return int(r.Proto), r.HasProto })
 	c.ports(fldSport, rules, func(r *Rule) *PortRange { return r.SrcPort })
 	c.ports(fldDport, rules, func(r *Rule) *PortRange { return r.DstPort })
@@ -515,7 +522,7 @@ func (c *classifier) fronts(oneWord bool) {
 		}
 	}
 
-	table(4 * 65536)
+	table(frontPortsN)
 	for v6 := range 2 {
 		kind, ether := 4|1, 0x0800 // with ports
 		if v6 == 1 {
@@ -543,7 +550,7 @@ func (c *classifier) fronts(oneWord bool) {
 	}
 	c.frontPorts, c.frontPortsCls = words, cls
 
-	table(4 * 256)
+	table(frontProtoN)
 	for v6 := range 2 {
 		kind, ether := 4, 0x0800
 		if v6 == 1 {
@@ -629,7 +636,7 @@ func (c *classifier) ports(fld int, rules []*Rule, get func(*Rule) *PortRange) {
 	c.fields |= 1 << fld
 	c.used[fld] = len(cuts)
 	bm := c.bm[fld*bmField:]
-	tab := c.tab(fld, 65536)
+	tab := c.tab(fld, directSize)
 	for k, lo := range cuts {
 		hi := 65536
 		if k+1 < len(cuts) {
@@ -688,7 +695,7 @@ func (c *classifier) prefixes(fld int, rules []*Rule, v4 bool, get func(*Rule) n
 		c.v4ps[fld-fldSrc4] = ps
 		return nil
 	}
-	l1 := c.tab(fld, 65536)
+	l1 := c.tab(fld, directSize)
 	for k, p := range ps {
 		if err := c.trieInsert(l1, p, uint16(k+1)); err != nil {
 			return err
@@ -705,7 +712,7 @@ func (c *classifier) wideTries() error {
 		if len(ps) == 0 {
 			continue
 		}
-		l1 := make([]uint16, 1<<20)
+		l1 := make([]uint16, w4L1)
 		for k, p := range ps {
 			class := uint16(k + 1)
 			a := binary.BigEndian.Uint32(p.Addr().AsSlice())
@@ -719,12 +726,12 @@ func (c *classifier) wideTries() error {
 			e := l1[a>>12]
 			if e&tabExt == 0 {
 				var err error
-				if e, err = newChunk(&c.w4pool, e, 4096, w4Chunks, "IPv4 address tries"); err != nil {
+				if e, err = newChunk(&c.w4pool, e, w4Chunk, w4Chunks, "IPv4 address tries"); err != nil {
 					return err
 				}
 				l1[a>>12] = e
 			}
-			start := int(e&^tabExt)*4096 + int(a&0xfff)
+			start := int(e&^tabExt)*w4Chunk + int(a&0xfff)
 			for i := start; i < start+1<<(32-p.Bits()); i++ {
 				c.w4pool[i] = class
 			}
@@ -774,7 +781,7 @@ func (c *classifier) trieInsert(l1 []uint16, p netip.Prefix, class uint16) error
 		e := get()
 		if e&tabExt == 0 {
 			var err error
-			if e, err = newChunk(&c.pool, e, 256, tabChunks, "address tries"); err != nil {
+			if e, err = newChunk(&c.pool, e, trieChunk, tabChunks, "address tries"); err != nil {
 				return err
 			}
 			if inL1 {
@@ -783,7 +790,7 @@ func (c *classifier) trieInsert(l1 []uint16, p netip.Prefix, class uint16) error
 				c.pool[at] = e
 			}
 		}
-		base := int(e&^tabExt) * 256
+		base := int(e&^tabExt) * trieChunk
 		if bits <= 8*(b+1) { // p ends in byte b: a range of this chunk
 			n := 1 << (8*(b+1) - bits)
 			start := base + int(a[b])&^(n-1)

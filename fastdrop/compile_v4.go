@@ -39,12 +39,12 @@ type v4Table struct {
 	// touched24: tbl24 was populated or written (and may hold entries).
 	touched24 bool
 
-	groups  io.ReaderAt // the tbl8 pool: group g at g*1024 bytes
+	groups  io.ReaderAt // the tbl8 pool: group g at g*v4GroupBytes
 	groupsW io.WriterAt
 	dense   groupPool
 	// fresh: groups allocated in the change being compiled (no half
 	// points to them yet), with their contents until flush writes them.
-	fresh map[uint32]*[256]uint32
+	fresh map[uint32]*[v4Group]uint32
 
 	// The sparse pool, kept as the tbl8 pool is.
 	sparse  io.ReaderAt // sparse group g at g*sparseSize bytes
@@ -78,7 +78,10 @@ const (
 	v4Sparse   = uint32(0x40000000)
 	v4ID       = uint32(0x3fffffff)
 	sparseMax  = int(gen.FastdropFdLayoutFD_V4SPARSE_MAX)
-	sparseSize = 64 // struct fd_v4_sparse
+	sparseSize = int(gen.FastdropFdLayoutFD_V4SPARSE_SIZE) // struct fd_v4_sparse
+	// Entries of a tbl8 group, and its bytes (a value of fd_v4_tbl8).
+	v4Group      = int(gen.FastdropFdLayoutFD_V4GROUP)
+	v4GroupBytes = v4Group * 4
 )
 
 func isDense(e uint32) bool  { return e&(v4Ext|v4Sparse) == v4Ext }
@@ -158,7 +161,7 @@ func newV4Table(maxGroups, maxSparse, slots int, groups, sparse readerWriterAt) 
 		groups:  groups,
 		groupsW: groups,
 		dense:   newGroupPool(maxGroups, "IPv4 prefixes longer than /24 in more /24s than the tbl8 pool's", "IPv4Blocks"),
-		fresh:   make(map[uint32]*[256]uint32),
+		fresh:   make(map[uint32]*[v4Group]uint32),
 		sparse:  sparse,
 		sparseW: sparse,
 		hosts:   newGroupPool(maxSparse, "IPv4 host routes in more /24s than the sparse pool's", "IPv4HostBlocks"),
@@ -193,7 +196,7 @@ func (p v4Prefix) cost() int {
 	if p.bits <= 24 {
 		return 1 << (24 - p.bits)
 	}
-	return 256
+	return v4Group
 }
 
 func fill(s []uint32, v uint32) {
@@ -285,7 +288,7 @@ func (t *v4Table) build(prefixes []v4Prefix) error {
 			return &dupPrefixError{v4String(long[i]), long[i-1].val, long[i].val}
 		}
 	}
-	var g [256]uint32
+	var g [v4Group]uint32
 	// Sparse groups get consecutive numbers here: written in runs, as a
 	// million 64-byte writes cost a quarter of a second.
 	var run []byte
@@ -294,7 +297,7 @@ func (t *v4Table) build(prefixes []v4Prefix) error {
 		if len(run) == 0 {
 			return nil
 		}
-		if _, err := t.sparseW.WriteAt(run, int64(runStart)*sparseSize); err != nil {
+		if _, err := t.sparseW.WriteAt(run, int64(runStart)*int64(sparseSize)); err != nil {
 			return fmt.Errorf("write sparse group: %w", err)
 		}
 		run = run[:0]
@@ -411,8 +414,8 @@ func (t *v4Table) retire(g uint32) {
 	t.dense.retire(g)
 }
 
-func (t *v4Table) writeGroup(g uint32, b *[256]uint32) error {
-	if _, err := t.groupsW.WriteAt(u32Bytes(b[:]), int64(g)*1024); err != nil {
+func (t *v4Table) writeGroup(g uint32, b *[v4Group]uint32) error {
+	if _, err := t.groupsW.WriteAt(u32Bytes(b[:]), int64(g)*int64(v4GroupBytes)); err != nil {
 		return fmt.Errorf("write tbl8 group: %w", err)
 	}
 	return nil
@@ -432,7 +435,7 @@ func (t *v4Table) sretire(g uint32) {
 func (t *v4Table) writeSparse(g uint32, s *sparseGroup) error {
 	var b [sparseSize]byte
 	s.encode(b[:])
-	if _, err := t.sparseW.WriteAt(b[:], int64(g)*sparseSize); err != nil {
+	if _, err := t.sparseW.WriteAt(b[:], int64(g)*int64(sparseSize)); err != nil {
 		return fmt.Errorf("write sparse group: %w", err)
 	}
 	return nil
@@ -445,7 +448,7 @@ func (t *v4Table) sparseOf(e uint32) (*sparseGroup, error) {
 		return s, nil
 	}
 	var b [sparseSize]byte
-	if _, err := t.sparse.ReadAt(b[:], int64(g)*sparseSize); err != nil {
+	if _, err := t.sparse.ReadAt(b[:], int64(g)*int64(sparseSize)); err != nil {
 		return nil, fmt.Errorf("read sparse group: %w", err)
 	}
 	s := new(sparseGroup)
@@ -488,7 +491,7 @@ func (t *v4Table) sparseFor(i24 uint32) (*sparseGroup, error) {
 // group returns the contents of the group of /24 number i24 for changing:
 // a fresh group, copied from the one there (or filled with the tbl24 entry
 // if there is none), which the entry then points to.
-func (t *v4Table) group(i24 uint32) (*[256]uint32, error) {
+func (t *v4Table) group(i24 uint32) (*[v4Group]uint32, error) {
 	e := t.tbl24[i24]
 	if isDense(e) {
 		if b, ok := t.fresh[e&v4ID]; ok {
@@ -499,11 +502,11 @@ func (t *v4Table) group(i24 uint32) (*[256]uint32, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := new([256]uint32)
+	b := new([v4Group]uint32)
 	switch {
 	case isDense(e):
 		old := e & v4ID
-		if _, err := t.groups.ReadAt(u32Bytes(b[:]), int64(old)*1024); err != nil {
+		if _, err := t.groups.ReadAt(u32Bytes(b[:]), int64(old)*int64(v4GroupBytes)); err != nil {
 			t.dense.release(g)
 			return nil, fmt.Errorf("read tbl8 group: %w", err)
 		}
@@ -805,7 +808,7 @@ func (t *v4Table) lookup(a uint32) uint32 {
 			return b[a&0xff]
 		}
 		var v [4]byte
-		if _, err := t.groups.ReadAt(v[:], int64(g)*1024+int64(a&0xff)*4); err != nil {
+		if _, err := t.groups.ReadAt(v[:], int64(g)*int64(v4GroupBytes)+int64(a&0xff)*4); err != nil {
 			return 0xffffffff
 		}
 		e = uint32(v[0]) | uint32(v[1])<<8 | uint32(v[2])<<16 | uint32(v[3])<<24

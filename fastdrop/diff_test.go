@@ -402,7 +402,7 @@ func TestV4TableOps(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(*diffSeed, 2))
 	const pool = 64
-	tab, err := newV4Table(pool, pool, 1<<12, make(memStore, pool*1024), make(memStore, pool*sparseSize))
+	tab, err := newV4Table(pool, pool, 1<<12, make(memStore, pool*v4GroupBytes), make(memStore, pool*sparseSize))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1011,7 +1011,7 @@ func (e *Engine) loadLocked() error {
 	for base := 0; base < e.nslots; base += chunk {
 		n := min(chunk, e.nslots-base)
 		b := buf[:n*recSize]
-		if _, err := e.mem.rules.ReadAt(b, int64(base)*recSize); err != nil {
+		if _, err := e.mem.rules.ReadAt(b, int64(base)*int64(recSize)); err != nil {
 			return fmt.Errorf("fastdrop: read rules: %w", err)
 		}
 		for k := range n {
@@ -1106,7 +1106,7 @@ func (e *Engine) loadLocked() error {
 	// that never came, or gone but not freed), counters too.
 	var zero [recSize]byte
 	for _, s := range stale {
-		if _, err := e.mem.rules.WriteAt(zero[:], int64(s)*recSize); err != nil {
+		if _, err := e.mem.rules.WriteAt(zero[:], int64(s)*int64(recSize)); err != nil {
 			return fmt.Errorf("fastdrop: clear rule record: %w", err)
 		}
 	}
@@ -1487,7 +1487,7 @@ func (e *Engine) writeRecords(ws []recWrite) error {
 				encodeRecord(b, w.rule, w.order, w.added, w.removed)
 			}
 		}
-		if _, err := e.mem.rules.WriteAt(buf, int64(ws[i].slot)*recSize); err != nil {
+		if _, err := e.mem.rules.WriteAt(buf, int64(ws[i].slot)*int64(recSize)); err != nil {
 			return fmt.Errorf("write rule records: %w", err)
 		}
 		i = j
@@ -1533,7 +1533,7 @@ func (e *Engine) writeHalf(h uint32) error {
 		return fmt.Errorf("write IPv4 prefix table: %w", err)
 	}
 	if e.v6dirty || e.fullWrite {
-		if _, err := e.mem.v6.WriteAt(e.v6.buf, int64(h)*int64(e.v6cap)*v6EntSize); err != nil {
+		if _, err := e.mem.v6.WriteAt(e.v6.buf, int64(h)*int64(e.v6cap)*int64(v6EntSize)); err != nil {
 			return fmt.Errorf("write IPv6 prefix table: %w", err)
 		}
 	}

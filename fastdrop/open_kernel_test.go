@@ -108,7 +108,7 @@ func TestOpenOtherVersion(t *testing.T) {
 		Type:       ebpf.Array,
 		Flags:      unix.BPF_F_MMAPABLE,
 		KeySize:    4,
-		ValueSize:  counterSize,
+		ValueSize:  uint32(counterSize),
 		MaxEntries: uint32(e.ncpu * e.nslots),
 	})
 	if err != nil {
