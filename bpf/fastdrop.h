@@ -53,6 +53,16 @@ enum fd_layout {
 	FD_BM_WORDS = FD_MAX_COMPOUND / 64,
 	FD_KINDS = 12, /* family(3) x non-first fragment(2) x has ports(2) */
 
+	/* The version of everything user space writes into the maps and a
+	 * later process reads back from their pins: this enum, struct
+	 * fd_conf, fd_state, fd_rule_rec, fd_v6_ent, fd_v4_sparse and the
+	 * encodings of vals and records. Raise it with any change to them:
+	 * the engine stamps it into the maps it creates (struct fd_stamp) and
+	 * refuses to open pins stamped with another, so that a new field
+	 * never misreads old pins. TestLayoutVersion fails until it is
+	 * raised. */
+	FD_LAYOUT_VERSION = 1,
+
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 64,     /* struct fd_rule_rec */
 	FD_COUNTER_SIZE = 16, /* struct counter */
@@ -155,8 +165,9 @@ enum fd_layout {
 	FD_V4_SPARSE_SIZE = 64, /* struct fd_v4_sparse */
 
 	/* Byte offsets in struct fd_main (the value of fd_main): the state,
-	 * then the halves, each its fd_conf, its compound
+	 * the stamp, then the halves, each its fd_conf, its compound
 	 * tables and its tbl24 (struct fd_half, FD_HALF_SIZE bytes). */
+	FD_MAIN_STAMP = 64,
 	FD_MAIN_HALF = 4096,
 	FD_HALF_CLS = 4096,
 	FD_HALF_TBL24 = FD_HALF_CLS + FD_CLS_SIZE,
@@ -232,6 +243,15 @@ struct fd_state {
 	__u32 active;     /* half in use: 0 or 1 */
 	__u32 in_sync;    /* 1 when both halves hold the same tables */
 	__u64 generation; /* incremented by every flip */
+};
+
+/* Written once by the user space that creates the maps, checked by every
+ * later one that opens their pins; the program never reads it. */
+struct fd_stamp {
+	__u32 layout_version; /* FD_LAYOUT_VERSION */
+	__u32 rec_size;       /* FD_REC_SIZE */
+	__u32 conf_size;      /* sizeof(struct fd_conf) */
+	__u32 half_size;      /* FD_HALF_SIZE */
 };
 
 struct fd_bm {
@@ -380,11 +400,14 @@ struct fd_half {
  * writes it through mmap: the inactive half, then state.active. */
 struct fd_main {
 	struct fd_state state;
-	__u8 pad[FD_MAIN_HALF - sizeof(struct fd_state)];
+	__u8 pad0[FD_MAIN_STAMP - sizeof(struct fd_state)];
+	struct fd_stamp stamp;
+	__u8 pad[FD_MAIN_HALF - FD_MAIN_STAMP - sizeof(struct fd_stamp)];
 	struct fd_half half[2];
 };
 
-_Static_assert(sizeof(struct fd_state) <= FD_MAIN_HALF, "fd_main layout");
+_Static_assert(sizeof(struct fd_state) <= FD_MAIN_STAMP, "fd_main layout");
+_Static_assert(__builtin_offsetof(struct fd_main, stamp) == FD_MAIN_STAMP, "fd_main layout");
 _Static_assert(sizeof(struct fd_conf) <= FD_HALF_CLS, "fd_half layout");
 _Static_assert(sizeof(struct fd_v6_ent) == FD_V6_ENT_SIZE, "fd_v6_ent size");
 _Static_assert(sizeof(struct counter) == FD_COUNTER_SIZE, "counter size");
@@ -470,6 +493,7 @@ volatile const struct {
 	struct fd_trace_rec trace;
 	struct fd_v6_ent v6;
 	struct fd_state state;
+	struct fd_stamp stamp;
 	struct fd_conf conf;
 } fd_btf_anchor = {};
 

@@ -355,6 +355,10 @@ func New(opts Options) (*Engine, error) {
 		return nil, errors.Join(err, e.Close())
 	}
 	e.generation, e.loaded = 1, true
+	// The stamp that a later Open checks (see checkLayout).
+	if err := writeStamp(e.mem.ctl, currentStamp()); err != nil {
+		return nil, errors.Join(fmt.Errorf("fastdrop: %w", err), e.Close())
+	}
 	for h := range uint32(2) {
 		if err := e.writeConf(h, e.confFor(h)); err != nil {
 			return nil, errors.Join(fmt.Errorf("fastdrop: %w", err), e.Close())
@@ -395,6 +399,10 @@ func Open(pinDir string) (*Engine, error) {
 		return nil, errors.Join(fmt.Errorf("fastdrop: open %s: %w", pinDir, err), e.Close())
 	}
 	e.lockDir = d
+	// Before anything reads them: pins of another layout would be misread.
+	if err := checkLayout(pinDir, e.maps); err != nil {
+		return nil, errors.Join(err, e.Close())
+	}
 	if err := e.setup(); err != nil {
 		return nil, errors.Join(err, e.Close())
 	}
@@ -414,6 +422,9 @@ func RuleCount(pinDir string) (int, error) {
 		return 0, fmt.Errorf("fastdrop: open pinned map %s in %s: %w", gen.FastdropMapFdMain, pinDir, err)
 	}
 	defer m.Close()
+	if _, err := checkStamp(pinDir, m); err != nil {
+		return 0, err
+	}
 	ctl, err := newMapMem(m, 0, 64<<10, 2)
 	if err != nil {
 		return 0, fmt.Errorf("fastdrop: %w", err)
@@ -434,14 +445,6 @@ func RuleCount(pinDir string) (int, error) {
 func (e *Engine) setup() error {
 	e.nslots = int(e.maps[gen.FastdropMapFdRules].MaxEntries())
 	e.ncpu = int(e.maps[gen.FastdropMapFdCounters].MaxEntries())
-	// Maps pinned by an xdpdrop from before session 4's layout (counters
-	// keyed by CPU, fd_conf with crule_h, struct fd_half) have one
-	// counter slot per value: the one difference that can be read here.
-	if got, want := int(e.maps[gen.FastdropMapFdCounters].ValueSize()), e.nslots*counterSize; got != want {
-		return fmt.Errorf("fastdrop: map %s holds %d-byte values, this version writes %d: "+
-			"the maps were pinned by another version of xdpdrop; detach and attach the rules again",
-			gen.FastdropMapFdCounters, got, want)
-	}
 	e.groups = int(e.maps[gen.FastdropMapFdV4Tbl8].MaxEntries()) // the shared pool
 	e.sparse = int(e.maps[gen.FastdropMapFdV4Sparse].MaxEntries())
 	e.v6cap = int(e.maps[gen.FastdropMapFdV6Tab].ValueSize()) / v6EntSize

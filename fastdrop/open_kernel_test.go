@@ -1,6 +1,8 @@
 package fastdrop
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,7 +129,66 @@ func TestOpenOtherVersion(t *testing.T) {
 		o.Close()
 		t.Fatal("Open of maps with the old counter layout: no error")
 	}
-	if !strings.Contains(err.Error(), "another version of xdpdrop; detach and attach the rules again") {
-		t.Errorf("Open: %v, want it to say what to do", err)
+	want := "were pinned by another version of xdpdrop (layout 1, this one 1: map fd_counters holds"
+	if !errors.Is(err, ErrOtherLayout) || !strings.Contains(err.Error(), want) || !strings.HasSuffix(err.Error(), "; detach and attach again") {
+		t.Errorf("Open: %v, want ErrOtherLayout, %q and what to do", err, want)
+	}
+}
+
+// TestOpenOtherStamp: maps stamped with another layout version, or not
+// stamped at all (an xdpdrop from before the stamp), are refused by Open
+// and RuleCount with an error that says so and what to do; the current
+// stamp opens.
+func TestOpenOtherStamp(t *testing.T) {
+	e := newTestEngine(t, testOptions)
+	if err := e.Add(mustParse(t, "drop src 192.0.2.0/24\n").Rules...); err != nil {
+		t.Fatal(err)
+	}
+	dir := pinEngine(t, e)
+	cur := currentStamp()
+	if cur.LayoutVersion != uint32(gen.FastdropFdLayoutFD_LAYOUT_VERSION) || cur.LayoutVersion == 0 {
+		t.Fatalf("current stamp %+v", cur)
+	}
+	for _, tc := range []struct {
+		name  string
+		stamp gen.FastdropFdStamp
+		want  string
+	}{
+		{"other version", gen.FastdropFdStamp{LayoutVersion: cur.LayoutVersion + 1, RecSize: cur.RecSize, ConfSize: cur.ConfSize, HalfSize: cur.HalfSize},
+			fmt.Sprintf("were pinned by another version of xdpdrop (layout %d, this one %d); detach and attach again", cur.LayoutVersion+1, cur.LayoutVersion)},
+		{"unstamped", gen.FastdropFdStamp{},
+			fmt.Sprintf("were pinned by another version of xdpdrop (layout 0, this one %d); detach and attach again", cur.LayoutVersion)},
+		{"other record size", gen.FastdropFdStamp{LayoutVersion: cur.LayoutVersion, RecSize: 80, ConfSize: cur.ConfSize, HalfSize: cur.HalfSize},
+			fmt.Sprintf("(layout %d, this one %d: records, configuration and half of 80, ", cur.LayoutVersion, cur.LayoutVersion)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := writeStamp(e.mem.ctl, tc.stamp); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := writeStamp(e.mem.ctl, cur); err != nil {
+					t.Fatal(err)
+				}
+			})
+			o, err := Open(dir)
+			if err == nil {
+				o.Close()
+				t.Fatal("Open: no error")
+			}
+			if !errors.Is(err, ErrOtherLayout) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), dir) {
+				t.Errorf("Open: %v\nwant ErrOtherLayout, the directory and %q", err, tc.want)
+			}
+			if _, err := RuleCount(dir); !errors.Is(err, ErrOtherLayout) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("RuleCount: %v\nwant ErrOtherLayout and %q", err, tc.want)
+			}
+		})
+	}
+	o, err := Open(dir)
+	if err != nil {
+		t.Fatalf("Open with the current stamp: %v", err)
+	}
+	defer o.Close()
+	if n, err := RuleCount(dir); err != nil || n != 1 {
+		t.Errorf("RuleCount = %d, %v; want 1", n, err)
 	}
 }

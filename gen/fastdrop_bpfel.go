@@ -81,6 +81,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND   FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS       FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS          FastdropFdLayout = 12
+	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 1
 	FastdropFdLayoutFD_REC_SIZE       FastdropFdLayout = 64
 	FastdropFdLayoutFD_COUNTER_SIZE   FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6ENT_SIZE     FastdropFdLayout = 32
@@ -136,6 +137,7 @@ const (
 	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX   FastdropFdLayout = 11
 	FastdropFdLayoutFD_V4SPARSE_SIZE  FastdropFdLayout = 64
+	FastdropFdLayoutFD_MAIN_STAMP     FastdropFdLayout = 64
 	FastdropFdLayoutFD_MAIN_HALF      FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS       FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 14995456
@@ -189,6 +191,14 @@ type FastdropFdRuleRec struct {
 	GenRemoved uint32
 	Src        [16]uint8
 	Dst        [16]uint8
+}
+
+type FastdropFdStamp struct {
+	_             structs.HostLayout
+	LayoutVersion uint32
+	RecSize       uint32
+	ConfSize      uint32
+	HalfSize      uint32
 }
 
 type FastdropFdState struct {

@@ -307,9 +307,18 @@ func (a *app) openDrop(iface string) (*loader.Attachment, *fastdrop.Engine, erro
 	}
 	eng, err := fastdrop.Open(att.MapsDir())
 	if err != nil {
-		return nil, nil, errors.Join(err, att.Close())
+		return nil, nil, errors.Join(otherLayoutAdvice(err, iface), att.Close())
 	}
 	return att, eng, nil
+}
+
+// otherLayoutAdvice names the commands that replace pins of another
+// version of xdpdrop (fastdrop.ErrOtherLayout).
+func otherLayoutAdvice(err error, iface string) error {
+	if !errors.Is(err, fastdrop.ErrOtherLayout) {
+		return err
+	}
+	return fmt.Errorf("%w: xdpdrop detach --iface %s; xdpdrop drop --iface %s --rules FILE", err, iface, iface)
 }
 
 // dropRuleCount returns the number of rules of the fast drop attached to
@@ -323,7 +332,8 @@ func (a *app) dropRuleCount(iface string) (int, error) {
 	if p := att.Meta().Config["program"]; p != programFastdrop {
 		return 0, fmt.Errorf("%s runs xdpdrop's %q program, not fast drop", iface, p)
 	}
-	return fastdrop.RuleCount(att.MapsDir())
+	n, err := fastdrop.RuleCount(att.MapsDir())
+	return n, otherLayoutAdvice(err, iface)
 }
 
 // needDrop is openDrop for commands that need fast drop to be there.

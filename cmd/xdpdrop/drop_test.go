@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,5 +89,21 @@ func TestDenyRefusedAsInRuleFile(t *testing.T) {
 				t.Errorf("flag says %q, rule file %q", flagMsg, fileMsg)
 			}
 		})
+	}
+}
+
+// TestOtherLayoutAdvice: pins of another version of xdpdrop are met with
+// the commands that replace them; other errors pass unchanged.
+func TestOtherLayoutAdvice(t *testing.T) {
+	err := fmt.Errorf("fastdrop: the maps in /sys/fs/bpf/xdpdrop/veth0/maps were %w (layout 0, this one 1); detach and attach again", fastdrop.ErrOtherLayout)
+	got := otherLayoutAdvice(err, "veth0")
+	want := "fastdrop: the maps in /sys/fs/bpf/xdpdrop/veth0/maps were pinned by another version of xdpdrop (layout 0, this one 1); " +
+		"detach and attach again: xdpdrop detach --iface veth0; xdpdrop drop --iface veth0 --rules FILE"
+	if !errors.Is(got, fastdrop.ErrOtherLayout) || got.Error() != want {
+		t.Errorf("got %v\nwant %s", got, want)
+	}
+	other := errors.New("fastdrop: open pinned map")
+	if otherLayoutAdvice(other, "veth0") != other || otherLayoutAdvice(nil, "veth0") != nil {
+		t.Error("other errors must pass unchanged")
 	}
 }

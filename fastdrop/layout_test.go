@@ -1,0 +1,83 @@
+package fastdrop
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf/btf"
+
+	"github.com/xdpdrop/xdpdrop/gen"
+)
+
+// layoutFingerprints holds, for each FD_LAYOUT_VERSION, the fingerprint
+// of what user space writes into the maps (see layoutFingerprint). A
+// change to any of it must come with a new version, or Open would let this
+// xdpdrop misread pins of the last one.
+var layoutFingerprints = map[uint32]string{
+	1: "dab52b0dcc0fafab",
+}
+
+// layoutTypes are the C types whose layout or values pinned maps keep.
+var layoutTypes = []string{
+	"fd_layout", "fd_action", "fd_field", "fd_rec_flags",
+	"fd_state", "fd_stamp", "fd_conf", "fd_bm", "fd_rule_rec", "fd_v6_ent", "fd_v4_sparse", "counter",
+}
+
+// layoutFingerprint describes layoutTypes from the object's BTF (names,
+// sizes, member offsets, enum values) and hashes the description.
+func layoutFingerprint(t *testing.T) (string, string) {
+	spec, err := gen.LoadFastdrop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, name := range layoutTypes {
+		var st *btf.Struct
+		var en *btf.Enum
+		var typ btf.Type
+		if spec.Types.TypeByName(name, &st) == nil {
+			typ = st
+		} else if err := spec.Types.TypeByName(name, &en); err == nil {
+			typ = en
+		} else {
+			t.Fatalf("BTF: no struct or enum %s: %v", name, err)
+		}
+		switch typ := typ.(type) {
+		case *btf.Struct:
+			fmt.Fprintf(&b, "struct %s %d\n", typ.Name, typ.Size)
+			for _, m := range typ.Members {
+				size, err := btf.Sizeof(m.Type)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fmt.Fprintf(&b, "\t%s @%d %d\n", m.Name, m.Offset.Bytes(), size)
+			}
+		case *btf.Enum:
+			fmt.Fprintf(&b, "enum %s %d\n", typ.Name, typ.Size)
+			for _, v := range typ.Values {
+				if v.Name == "FD_LAYOUT_VERSION" { // what the hash is for
+					continue
+				}
+				fmt.Fprintf(&b, "\t%s = %d\n", v.Name, v.Value)
+			}
+		default:
+			t.Fatalf("BTF type %s is a %T", name, typ)
+		}
+	}
+	return fmt.Sprintf("%x", sha256.Sum256([]byte(b.String())))[:16], b.String()
+}
+
+// TestLayoutVersion: the layout of what pinned maps keep changes only
+// together with FD_LAYOUT_VERSION.
+func TestLayoutVersion(t *testing.T) {
+	got, desc := layoutFingerprint(t)
+	v := uint32(gen.FastdropFdLayoutFD_LAYOUT_VERSION)
+	want, ok := layoutFingerprints[v]
+	if !ok || got != want {
+		t.Errorf("the layout of the pinned maps (bpf/fastdrop.h) is %s, and layout %d was %q: "+
+			"if it changed, raise FD_LAYOUT_VERSION in bpf/fastdrop.h and add %d: %q to layoutFingerprints; "+
+			"never change an existing entry.\nThe layout:\n%s", got, v, want, v+1, got, desc)
+	}
+}
