@@ -495,6 +495,7 @@ volatile const struct {
 	struct fd_state state;
 	struct fd_stamp stamp;
 	struct fd_conf conf;
+	struct counter counter;
 } fd_btf_anchor = {};
 
 /* ---- compound rules: bit-vector classifier ---- */
@@ -1106,6 +1107,13 @@ static __always_inline struct fd_result fd_match(const struct fd_half *h, struct
 static __always_inline __u32 fd_val_action(__u32 val)
 {
 	return (val >> FD_VAL_ACT_SHIFT) & 3;
+}
+
+/* The XDP verdict of a drop program for an action. */
+static __always_inline __u32 fd_xdp_action(__u32 act)
+{
+	/* Redirect has no meaning here; user space never loads it. */
+	return act == FD_ACT_DROP ? XDP_DROP : XDP_PASS;
 }
 
 static __always_inline __u32 fd_val_slot(__u32 val)

@@ -410,7 +410,7 @@ func BenchmarkLPMTrie(b *testing.B) {
 }
 
 func loadLPM(b *testing.B, prefixes []netip.Prefix) *ebpf.Program {
-	spec, err := gen.LoadFastdrop()
+	spec, err := gen.LoadLpmtrie()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -424,16 +424,16 @@ func loadLPM(b *testing.B, prefixes []netip.Prefix) *ebpf.Program {
 		b.Fatalf("load LPM baseline: %v", err)
 	}
 	b.Cleanup(func() { objs.Prog.Close(); objs.V4.Close(); objs.V6.Close(); objs.Cnt.Close() })
-	var k4 []gen.FastdropFdLpm4Key
-	var k6 []gen.FastdropFdLpm6Key
+	var k4 []gen.LpmtrieFdLpm4Key
+	var k6 []gen.LpmtrieFdLpm6Key
 	var v4, v6 []uint32
 	for i, p := range prefixes {
 		val := mkVal(ActionDrop, uint32(i)+firstRule)
 		if p.Addr().Is4() {
-			k4 = append(k4, gen.FastdropFdLpm4Key{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As4()})
+			k4 = append(k4, gen.LpmtrieFdLpm4Key{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As4()})
 			v4 = append(v4, val)
 		} else {
-			k6 = append(k6, gen.FastdropFdLpm6Key{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As16()})
+			k6 = append(k6, gen.LpmtrieFdLpm6Key{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As16()})
 			v6 = append(v6, val)
 		}
 	}

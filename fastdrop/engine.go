@@ -302,11 +302,6 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fastdrop: %w", err)
 	}
-	// The LPM-trie baseline is for benchmarks only.
-	delete(spec.Programs, gen.FastdropProgXdpLpmBaseline)
-	for _, m := range []string{gen.FastdropMapFdLpm4, gen.FastdropMapFdLpm6, gen.FastdropMapFdLpmVerdicts} {
-		delete(spec.Maps, m)
-	}
 	// Room for two whole rule sets: a change gives slots to the rules it
 	// adds while those it removes still have theirs.
 	// Within the limits (opts.check): a slot number fits a val, and a

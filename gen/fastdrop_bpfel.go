@@ -149,18 +149,6 @@ const (
 	FastdropFdLayoutFD_V6DEPTH        FastdropFdLayout = 8
 )
 
-type FastdropFdLpm4Key struct {
-	_         structs.HostLayout
-	Prefixlen uint32
-	Addr      [4]uint8
-}
-
-type FastdropFdLpm6Key struct {
-	_         structs.HostLayout
-	Prefixlen uint32
-	Addr      [16]uint8
-}
-
 type FastdropFdRecFlags uint32
 
 const (
@@ -243,9 +231,6 @@ type FastdropFdV6Ent struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	FastdropMapFdCounters        = "fd_counters"
-	FastdropMapFdLpm4            = "fd_lpm4"
-	FastdropMapFdLpm6            = "fd_lpm6"
-	FastdropMapFdLpmVerdicts     = "fd_lpm_verdicts"
 	FastdropMapFdMain            = "fd_main"
 	FastdropMapFdRules           = "fd_rules"
 	FastdropMapFdV4Sparse        = "fd_v4_sparse"
@@ -253,7 +238,6 @@ const (
 	FastdropMapFdV6Tab           = "fd_v6_tab"
 	FastdropProgXdpFastdrop      = "xdp_fastdrop"
 	FastdropProgXdpFastdropTrace = "xdp_fastdrop_trace"
-	FastdropProgXdpLpmBaseline   = "xdp_lpm_baseline"
 	FastdropVarFdBtfAnchor       = "fd_btf_anchor"
 	FastdropVarFdCounterSlots    = "fd_counter_slots"
 	FastdropVarFdV6Cap           = "fd_v6_cap"
@@ -303,22 +287,18 @@ type FastdropSpecs struct {
 type FastdropProgramSpecs struct {
 	XdpFastdrop      *ebpf.ProgramSpec `ebpf:"xdp_fastdrop"`
 	XdpFastdropTrace *ebpf.ProgramSpec `ebpf:"xdp_fastdrop_trace"`
-	XdpLpmBaseline   *ebpf.ProgramSpec `ebpf:"xdp_lpm_baseline"`
 }
 
 // FastdropMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastdropMapSpecs struct {
-	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
-	FdLpm4        *ebpf.MapSpec `ebpf:"fd_lpm4"`
-	FdLpm6        *ebpf.MapSpec `ebpf:"fd_lpm6"`
-	FdLpmVerdicts *ebpf.MapSpec `ebpf:"fd_lpm_verdicts"`
-	FdMain        *ebpf.MapSpec `ebpf:"fd_main"`
-	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
-	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
-	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
-	FdV6Tab       *ebpf.MapSpec `ebpf:"fd_v6_tab"`
+	FdCounters *ebpf.MapSpec `ebpf:"fd_counters"`
+	FdMain     *ebpf.MapSpec `ebpf:"fd_main"`
+	FdRules    *ebpf.MapSpec `ebpf:"fd_rules"`
+	FdV4Sparse *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
+	FdV4Tbl8   *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
+	FdV6Tab    *ebpf.MapSpec `ebpf:"fd_v6_tab"`
 }
 
 // FastdropVariableSpecs contains global variables before they are loaded into the kernel.
@@ -350,23 +330,17 @@ func (o *FastdropObjects) Close() error {
 //
 // It can be passed to LoadFastdropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastdropMaps struct {
-	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
-	FdLpm4        *ebpf.Map `ebpf:"fd_lpm4"`
-	FdLpm6        *ebpf.Map `ebpf:"fd_lpm6"`
-	FdLpmVerdicts *ebpf.Map `ebpf:"fd_lpm_verdicts"`
-	FdMain        *ebpf.Map `ebpf:"fd_main"`
-	FdRules       *ebpf.Map `ebpf:"fd_rules"`
-	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
-	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
-	FdV6Tab       *ebpf.Map `ebpf:"fd_v6_tab"`
+	FdCounters *ebpf.Map `ebpf:"fd_counters"`
+	FdMain     *ebpf.Map `ebpf:"fd_main"`
+	FdRules    *ebpf.Map `ebpf:"fd_rules"`
+	FdV4Sparse *ebpf.Map `ebpf:"fd_v4_sparse"`
+	FdV4Tbl8   *ebpf.Map `ebpf:"fd_v4_tbl8"`
+	FdV6Tab    *ebpf.Map `ebpf:"fd_v6_tab"`
 }
 
 func (m *FastdropMaps) Close() error {
 	return _FastdropClose(
 		m.FdCounters,
-		m.FdLpm4,
-		m.FdLpm6,
-		m.FdLpmVerdicts,
 		m.FdMain,
 		m.FdRules,
 		m.FdV4Sparse,
@@ -390,14 +364,12 @@ type FastdropVariables struct {
 type FastdropPrograms struct {
 	XdpFastdrop      *ebpf.Program `ebpf:"xdp_fastdrop"`
 	XdpFastdropTrace *ebpf.Program `ebpf:"xdp_fastdrop_trace"`
-	XdpLpmBaseline   *ebpf.Program `ebpf:"xdp_lpm_baseline"`
 }
 
 func (p *FastdropPrograms) Close() error {
 	return _FastdropClose(
 		p.XdpFastdrop,
 		p.XdpFastdropTrace,
-		p.XdpLpmBaseline,
 	)
 }
 
