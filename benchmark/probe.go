@@ -587,7 +587,7 @@ func (r *caseRun) cpu() cpuTicks {
 			pids = append(slices.Clip(pids), strconv.Itoa(p))
 		}
 	}
-	return readCPUTicks(pids)
+	return readCPUTicks(pids, r.opts.genCPU())
 }
 
 // settle waits until the counters stop moving and the socket has read

@@ -245,6 +245,7 @@ type row struct {
 	offered []float64
 	other   []float64 // per window: CPU time other work used, percent
 	steal   []float64 // per window: CPU time the hypervisor took, percent
+	genIdle []float64 // per window: idle share of the generator's CPU, percent
 	total   counts    // from the start of the traffic to its end, summed over passes
 	err     string
 }
@@ -262,8 +263,18 @@ func (r *row) result() Result {
 	res.OtherCPUPct = Summarize(r.other).Max
 	res.StealPct = Summarize(r.steal).Max
 	account(r.c, r.veth, &res, r.total)
+	if len(r.genIdle) > 0 {
+		idle := Summarize(r.genIdle).Median
+		res.GeneratorIdlePct = &idle
+	}
 	if res.OfferedMpps.Median > 0 && res.Mpps.Median >= 0.98*res.OfferedMpps.Median {
-		res.Note = "kept up with the sender"
+		if r.c.Kind == TxOnly {
+			// The sender is the socket under test.
+			res.Note = "kept up with the sender"
+		} else {
+			res.GeneratorBound = true
+			res.Note = "generator-bound: took all the generator offered, so the rate is the generator's"
+		}
 	}
 	return res
 }
@@ -376,6 +387,9 @@ func (w *row) measure(ctx context.Context, pass, total int, opts Options) error 
 	w.total = w.total.add(last.sub(first))
 	w.other = append(w.other, cpu.otherPct())
 	w.steal = append(w.steal, cpu.stealPct())
+	if idle := cpu.genIdlePct(); w.c.Kind != TxOnly && idle >= 0 {
+		w.genIdle = append(w.genIdle, idle)
+	}
 	e = ev("repeat")
 	e.Mpps = mpps
 	opts.progress(e)

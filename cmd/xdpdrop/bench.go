@@ -307,6 +307,8 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Columns: **Mpps** what the row measures (frames dropped; received by the socket for rxdrop; arrived at the other end for "+
 		"txonly and l2fwd); **offered** the rate offered to it (the generator's frames into the receiving ring; the socket's sends for txonly); "+
+		"**gen idle** the share of the generator's CPU's time that nothing ran on it (the generator slept waiting for the kernel while it could have sent); "+
+		"rows marked † took everything the generator offered: they are generator-bound, and what they measure could go faster; "+
 		"**syscalls/frame** the AF_XDP socket's system calls per frame (what need_wakeup and busy polling change); "+
 		"**sent / received** every frame from the start of the traffic to its end, warm-up included (l2fwd: received → sent back and arrived); "+
 		"**lost** where the others went; **other CPU** the share of the machine's CPU time that other work took in the worst window "+
@@ -328,18 +330,18 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 		}
 		fmt.Fprintf(w, "\n### %s\n\n", tableTitle(t, rows))
 		if afxdp {
-			fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | syscalls/frame | sent | received | lost | other CPU |")
-			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|---|--:|")
+			fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | gen idle | syscalls/frame | sent | received | lost | other CPU |")
+			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|---|--:|")
 		} else {
-			fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | sent | received | lost | other CPU |")
-			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|--:|")
+			fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | gen idle | sent | received | lost | other CPU |")
+			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|---|--:|")
 		}
 		for _, r := range rows {
 			label := rowLabel(r)
 			if r.Error != "" {
-				gap := "| | | | |"
+				gap := "| | | | | |"
 				if afxdp {
-					gap = "| | | | | |"
+					gap = "| | | | | | |"
 				}
 				fmt.Fprintf(w, "| %s | — %s failed: %s | |\n", label, gap, mdEscape(r.Error))
 				continue
@@ -347,6 +349,14 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 			offered := "—"
 			if r.OfferedMpps.Median > 0 {
 				offered = fmt.Sprintf("%.2f", r.OfferedMpps.Median)
+			}
+			idle := "—"
+			if r.GeneratorIdlePct != nil {
+				idle = fmt.Sprintf("%.0f%%", *r.GeneratorIdlePct)
+			}
+			mark := ""
+			if r.GeneratorBound {
+				mark = " †"
 			}
 			sent := "—"
 			if r.Sent > 0 {
@@ -363,8 +373,8 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 					sys = fmt.Sprintf(" %.3f |", r.SyscallsPerFrame)
 				}
 			}
-			fmt.Fprintf(w, "| %s | **%.2f** | %.2f–%.2f (%.0f%%) | %s |%s %s | %s | %s | %.0f%% |\n",
-				label, r.Mpps.Median, r.Mpps.Min, r.Mpps.Max, r.Mpps.SpreadPct, offered, sys, sent, recv, lossText(r), r.OtherCPUPct)
+			fmt.Fprintf(w, "| %s | **%.2f**%s | %.2f–%.2f (%.0f%%) | %s | %s |%s %s | %s | %s | %.0f%% |\n",
+				label, r.Mpps.Median, mark, r.Mpps.Min, r.Mpps.Max, r.Mpps.SpreadPct, offered, idle, sys, sent, recv, lossText(r), r.OtherCPUPct)
 		}
 	}
 	_, err := fmt.Fprintln(w)
