@@ -513,6 +513,25 @@ func (s *Socket) ZeroCopy() bool { return s.zeroCopy }
 // NeedWakeup reports whether the socket uses XDP_USE_NEED_WAKEUP.
 func (s *Socket) NeedWakeup() bool { return s.needWake }
 
+// Rings are the sizes of a socket's four rings, in entries, and the UMEM
+// frames the socket owns (of which at most Fill are lent to the kernel for
+// receiving at any time).
+type Rings struct {
+	Fill, Completion, RX, TX int
+	Frames                   int
+}
+
+// Rings returns the sizes the socket's rings were created and mapped with,
+// and its share of the UMEM's frames. Frames moves when frames move
+// between sockets sharing a UMEM: like Accounting, call it from the
+// goroutine that drives the socket (or before it runs).
+func (s *Socket) Rings() Rings {
+	return Rings{
+		Fill: int(s.fill.size), Completion: int(s.comp.size), RX: int(s.rx.size), TX: int(s.tx.size),
+		Frames: s.owned,
+	}
+}
+
 // UMEM returns the socket's UMEM.
 func (s *Socket) UMEM() *UMEM { return s.umem }
 

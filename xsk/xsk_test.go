@@ -1224,3 +1224,28 @@ func TestFrameFromAnotherUMEM(t *testing.T) {
 		}
 	}
 }
+
+// TestRingSizesReachTheKernel opens a socket with four different ring
+// sizes and checks them where the kernel keeps them: a mapping of each
+// ring as long as asked works, one twice as long is refused (the kernel
+// checks a mapping against the ring it allocated), and Rings reports them.
+func TestRingSizesReachTheKernel(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	sizes := map[string]int{"fill": 4096, "completion": 1024, "rx": 512, "tx": 256}
+	s := e.open(t, xsk.Options{FillSize: sizes["fill"], CompletionSize: sizes["completion"], RxSize: sizes["rx"], TxSize: sizes["tx"],
+		Frames: 6000, UMEMOptions: xsk.UMEMOptions{FrameCount: 8192}})
+	if got, want := s.Rings(), (xsk.Rings{Fill: 4096, Completion: 1024, RX: 512, TX: 256, Frames: 6000}); got != want {
+		t.Fatalf("Rings() = %+v, want %+v", got, want)
+	}
+	for name, n := range sizes {
+		if err := xsk.MapRing(s, name, n); err != nil {
+			t.Errorf("%s ring of %d entries: %v", name, n, err)
+		}
+		if err := xsk.MapRing(s, name, 2*n); !errors.Is(err, unix.EINVAL) {
+			t.Errorf("%s ring mapped as %d entries: %v, want EINVAL (the kernel's ring is shorter)", name, 2*n, err)
+		}
+	}
+	if got := s.Accounting().Fill; got != 4096 {
+		t.Errorf("%d frames lent to the kernel, want a full fill ring of 4096", got)
+	}
+}

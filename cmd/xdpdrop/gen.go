@@ -55,6 +55,10 @@ type genSummary struct {
 	InFlight int     `json:"in_flight,omitempty"`
 	CPUSecs  float64 `json:"cpu_seconds,omitempty"`
 	BusyPct  float64 `json:"busy_pct,omitempty"`
+	// IdlePct is the share in which they neither ran nor waited for a
+	// CPU: they slept in the kernel (a lower bound with several threads
+	// on one CPU).
+	IdlePct float64 `json:"idle_pct,omitempty"`
 }
 
 func (a *app) genCmd() *cobra.Command {
@@ -196,6 +200,7 @@ func (a *app) gen(cmd *cobra.Command, f *genFlags) error {
 			Interface: f.iface, Engine: "live-frames", Proto: f.proto, Size: len(fr.Bytes),
 			Flows: opts.Flows, Frames: st.Sent, Seconds: st.Elapsed.Seconds(), PPS: st.PPS(),
 			Calls: st.Calls, InFlight: st.InFlight, CPUSecs: st.CPU.Seconds(), BusyPct: st.BusyShare() * 100,
+			IdlePct: st.IdleShare() * 100,
 		}
 		return err
 	}
@@ -218,8 +223,8 @@ func (a *app) gen(cmd *cobra.Command, f *genFlags) error {
 	fmt.Fprintf(a.stdout, "sent %d frames of %d bytes in %.2fs: %s, %s\n",
 		sum.Frames, sum.Size, sum.Seconds, rate(sum.PPS), bitRate(sum.PPS*float64(sum.Size)))
 	if sum.Calls > 0 {
-		fmt.Fprintf(a.stdout, "%d test runs, %d in flight; sending threads busy %.0f%% of their CPUs (%.2fs CPU)\n",
-			sum.Calls, sum.InFlight, sum.BusyPct, sum.CPUSecs)
+		fmt.Fprintf(a.stdout, "%d test runs, %d in flight; the sending threads ran %.0f%% of the time (%.2fs CPU) and slept %.0f%%\n",
+			sum.Calls, sum.InFlight, sum.BusyPct, sum.CPUSecs, sum.IdlePct)
 	}
 	return nil
 }
