@@ -74,7 +74,7 @@ Actions:
   pcap=FILE   write every frame to FILE (pcap, for tcpdump and Wireshark)
   l2fwd       swap the MAC addresses and send each frame back out, no copy
 
-`+ringsHelp,
+` + ringsHelp,
 		Example: `  xdpdrop redirect --iface eth3 --queues 0-3 --action count
   xdpdrop redirect --iface eth3 --queues 2 --filter dns.rules --action pcap=dns.pcap --duration 60s
   xdpdrop redirect --iface eth3 --action l2fwd --busy-poll --budget 256 --wait spin`,
