@@ -33,6 +33,8 @@ type Settings struct {
 	Wait            string  `json:"wait"`
 	Batch           int     `json:"batch"`
 	Generator       string  `json:"generator"`
+	// XDPSock is the xdpsock binary of the xdpsock rows, if any.
+	XDPSock string `json:"xdpsock,omitempty"`
 	// Interfaces is "sandbox" (a fresh veth pair per case) or
 	// "HOST/PEER".
 	Interfaces string `json:"interfaces"`
@@ -75,6 +77,10 @@ type Result struct {
 	Sent      uint64 `json:"sent"`
 	Received  uint64 `json:"received"`
 	Forwarded uint64 `json:"forwarded,omitempty"` // l2fwd: sent back and arrived at the peer
+	// AppReceived is what an external application said it received
+	// (xdpsock rows: its own rx count), next to Received, which counts
+	// the frames its program put on the socket's RX ring.
+	AppReceived uint64 `json:"app_received,omitempty"`
 	Lost      []Loss `json:"lost"`
 	// Unaccounted is what no counter explains: frames still in flight
 	// when the counters were read, or (negative) frames the ends sent by

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
@@ -37,6 +38,10 @@ type Options struct {
 	Wait xsk.WaitMode
 	// Batch is the AF_XDP batch size (default 64).
 	Batch int
+	// XDPSock is the path of an xdpsock binary (the kernel's AF_XDP
+	// sample, from bpf-examples) that runs the rows whose App is
+	// AppXDPSock. Nothing here builds or ships it.
+	XDPSock string
 	// Pair measures on these interfaces instead of a fresh veth pair
 	// per case.
 	Pair *Pair
@@ -171,6 +176,11 @@ func Run(ctx context.Context, cases []Case, opts Options) (*Report, error) {
 		if err := c.Validate(); err != nil {
 			return nil, err
 		}
+		if c.App == AppXDPSock {
+			if err := checkExecutable(opts.XDPSock); err != nil {
+				return nil, fmt.Errorf("benchmark: %s: %w", c.Name(), err)
+			}
+		}
 	}
 	start := time.Now()
 	rep := &Report{
@@ -285,11 +295,26 @@ func (o Options) progress(e Event) {
 	}
 }
 
+// checkExecutable says why path cannot run an xdpsock row.
+func checkExecutable(path string) error {
+	if path == "" {
+		return errors.New("xdpsock rows need the path of an xdpsock binary")
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("xdpsock binary: %w", err)
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return fmt.Errorf("xdpsock binary %s is not an executable file", path)
+	}
+	return nil
+}
+
 func settingsOf(o Options) Settings {
 	s := Settings{
 		WarmupSeconds: o.Warmup.Seconds(), DurationSeconds: o.Duration.Seconds(), Repeat: o.Repeat,
 		CPUs: slices.Clone(o.CPUs), Flows: o.Flows, Wait: o.Wait.String(), Batch: o.Batch,
-		Generator: o.Generator.String(), Interfaces: "sandbox",
+		Generator: o.Generator.String(), Interfaces: "sandbox", XDPSock: o.XDPSock,
 	}
 	if o.Pair != nil {
 		s.Interfaces = o.Pair.Host + "/" + o.Pair.Peer

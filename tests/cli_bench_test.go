@@ -119,6 +119,9 @@ func TestCLIBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--host", "veth0"}, "--host and --peer go together"},
 		{[]string{"bench", "--peer-netns", "lab"}, "--peer-netns needs --host and --peer"},
 		{[]string{"bench", "extra"}, `unknown command "extra"`},
+		{[]string{"bench", "--xdpsock", "/nonexistent/xdpsock"}, `--xdpsock "/nonexistent/xdpsock": not an executable file`},
+		{[]string{"bench", "--xdpsock", "/tmp"}, `--xdpsock "/tmp": not an executable file`},
+		{[]string{"bench", "--tables", "xdpsock"}, "--tables xdpsock needs --xdpsock PATH"},
 		{[]string{"gen", "--iface", "x", "--engine", "dpdk"}, `--engine "dpdk": want live or xsk`},
 		{[]string{"gen", "--iface", "x", "--engine", "xsk", "--flows", "4"}, "--flows 4: the xsk engine sends one frame template"},
 	} {

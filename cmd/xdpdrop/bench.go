@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,7 @@ type benchFlags struct {
 	wait                                string
 	batch                               int
 	host, peer, peerNetns               string
+	xdpsock                             string
 	inProcess                           bool
 	jsonOut, quiet                      bool
 }
@@ -56,6 +58,11 @@ kernel patch series published, and prints them as Markdown tables (or JSON):
   busy_poll    AF_XDP rxdrop on one core, preferred busy polling off and
                with budgets 64, 256 and 512
   frame_size   rxdrop, txonly and l2fwd with 64 and 1500-byte frames
+  xdpsock      with --xdpsock PATH only: rxdrop and l2fwd on one core and
+               on two, by package xsk (Go) and by the xdpsock binary at
+               PATH (the kernel's AF_XDP sample in C, from bpf-examples,
+               which you build; xdpdrop ships none), side by side on the
+               same pair, its figures parsed from its output (-x -a)
 
 Every row runs on a veth pair of its own, with one end in a new network
 namespace, removed when the row ends (also on Ctrl-C); --host and --peer
@@ -78,7 +85,8 @@ hardware's (see docs/BENCHMARKS.md).`,
   xdpdrop bench --quick
   xdpdrop bench --tables drop --rules 10k,100k,1M --repeat 5
   xdpdrop bench --tables need_wakeup,busy_poll --duration 5s --json > afxdp.json
-  xdpdrop bench --host veth0 --peer veth1 --peer-netns lab --tables drop`,
+  xdpdrop bench --host veth0 --peer veth1 --peer-netns lab --tables drop
+  xdpdrop bench --tables need_wakeup --xdpsock ~/bpf-examples/AF_XDP-example/xdpsock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.bench(cmd, f) },
 	}
@@ -98,6 +106,7 @@ hardware's (see docs/BENCHMARKS.md).`,
 	fl.StringVar(&f.host, "host", "", "measure on this existing interface instead of a sandbox (needs --peer)")
 	fl.StringVar(&f.peer, "peer", "", "the other end of --host: traffic is sent from it")
 	fl.StringVar(&f.peerNetns, "peer-netns", "", "named network namespace (ip netns) of --peer")
+	fl.StringVar(&f.xdpsock, "xdpsock", "", "also run the xdpsock table with the xdpsock binary at this path (Go against C)")
 	fl.BoolVar(&f.inProcess, "in-process-generator", false, "run the generator inside this process (costs AF_XDP rows much of their rate)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the report as JSON")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
@@ -192,6 +201,13 @@ func (f *benchFlags) options(fl *pflag.FlagSet) (benchmark.Options, benchmark.Pl
 	if f.host != "" {
 		opts.Pair = &benchmark.Pair{Host: f.host, Peer: f.peer, PeerNetNS: f.peerNetns}
 	}
+	if f.xdpsock != "" {
+		fi, err := os.Stat(f.xdpsock)
+		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return opts, plan, usagef("--xdpsock %q: not an executable file (build xdpsock from bpf-examples' AF_XDP-example)", f.xdpsock)
+		}
+		opts.XDPSock, plan.XDPSock = f.xdpsock, true
+	}
 	for _, t := range strings.Split(f.tables, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			plan.Tables = append(plan.Tables, t)
@@ -205,6 +221,9 @@ func (f *benchFlags) options(fl *pflag.FlagSet) (benchmark.Options, benchmark.Pl
 	}
 	if plan.Budgets, err = intList("--budgets", f.budgets, 1, 65535); err != nil {
 		return opts, plan, err
+	}
+	if f.xdpsock == "" && slices.Contains(plan.Tables, benchmark.TableXDPSock) {
+		return opts, plan, usagef("--tables %s needs --xdpsock PATH: the xdpsock binary to run", benchmark.TableXDPSock)
 	}
 	return opts, plan, nil
 }
@@ -363,6 +382,9 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 				sent = count(r.Sent)
 			}
 			recv := count(r.Received)
+			if r.App == benchmark.AppXDPSock {
+				recv += fmt.Sprintf(" (xdpsock says %s)", count(r.AppReceived))
+			}
 			if r.Kind == benchmark.L2Fwd {
 				recv += " → " + count(r.Forwarded)
 			}
@@ -392,6 +414,8 @@ func tableTitle(t string, rows []benchmark.Result) string {
 		return fmt.Sprintf("AF_XDP preferred busy polling: rxdrop on one core (%d-byte frames)", size)
 	case benchmark.TableFrameSize:
 		return "AF_XDP frame size: rxdrop, txonly, l2fwd on two cores, need_wakeup on"
+	case benchmark.TableXDPSock:
+		return fmt.Sprintf("AF_XDP against xdpsock: package xsk (Go) and xdpsock (C) side by side, need_wakeup on (%d-byte frames)", size)
 	}
 	return t
 }
@@ -420,6 +444,12 @@ func rowLabel(r benchmark.Result) string {
 		return fmt.Sprintf("busy polling, budget %d", r.BusyPollBudget)
 	case benchmark.TableFrameSize:
 		return fmt.Sprintf("%s, %d B", r.Kind, r.FrameSize)
+	case benchmark.TableXDPSock:
+		app := "xsk (Go)"
+		if r.App == benchmark.AppXDPSock {
+			app = "xdpsock (C)"
+		}
+		return fmt.Sprintf("%s, %s, %s", r.Kind, place, app)
 	}
 	return r.Name
 }

@@ -50,3 +50,34 @@ func TestBenchMarkdownGenerator(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchMarkdownXDPSock: the xdpsock table labels the Go and the C
+// rows and shows xdpsock's own count next to what its socket received.
+func TestBenchMarkdownXDPSock(t *testing.T) {
+	sum := func(m float64) benchmark.Summary { return benchmark.Summary{Median: m, Min: m, Max: m} }
+	goRow := benchmark.Case{Table: benchmark.TableXDPSock, Kind: benchmark.RxDrop, FrameSize: 64, Placement: benchmark.OneCore, NeedWakeup: true}
+	cRow := goRow
+	cRow.App = benchmark.AppXDPSock
+	rep := &benchmark.Report{
+		Settings: benchmark.Settings{Repeat: 1, CPUs: []int{0, 1}, Flows: 1, Wait: "spin", Batch: 64, Generator: "test", Interfaces: "sandbox"},
+		Results: []benchmark.Result{
+			{Case: goRow, Name: goRow.Name(), Mpps: sum(4), OfferedMpps: sum(5), Sent: 100, Received: 80},
+			{Case: cRow, Name: cRow.Name(), Mpps: sum(3), OfferedMpps: sum(5), Sent: 100, Received: 60, AppReceived: 59},
+		},
+	}
+	var b strings.Builder
+	if err := writeBenchMarkdown(&b, "xdpdrop bench", rep); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"### AF_XDP against xdpsock: package xsk (Go) and xdpsock (C) side by side, need_wakeup on (64-byte frames)",
+		"| rxdrop, one core, xsk (Go) | **4.00** |",
+		"| rxdrop, one core, xdpsock (C) | **3.00** |",
+		"| 100 | 60 (xdpsock says 59) |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}
