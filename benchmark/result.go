@@ -81,7 +81,7 @@ type Result struct {
 	// (xdpsock rows: its own rx count), next to Received, which counts
 	// the frames its program put on the socket's RX ring.
 	AppReceived uint64 `json:"app_received,omitempty"`
-	Lost      []Loss `json:"lost"`
+	Lost        []Loss `json:"lost"`
 	// Unaccounted is what no counter explains: frames still in flight
 	// when the counters were read, or (negative) frames the ends sent by
 	// themselves. It stays within a few frames.
