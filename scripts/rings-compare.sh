@@ -33,7 +33,8 @@ trap 'cleanup; rm -f "$out"' EXIT INT TERM
 set -- \
 	"frames 4096, fill 2048, rx 2048|--frames 4096 --fill-size 2048 --rx-size 2048" \
 	"frames 8192, fill 4096, rx 2048|--frames 8192 --fill-size 4096 --rx-size 2048" \
-	"frames 8192, fill 4096, rx 4096|--frames 8192 --fill-size 4096 --rx-size 4096"
+	"frames 8192, fill 4096, rx 4096|--frames 8192 --fill-size 4096 --rx-size 4096" \
+	"frames 4096, fill 4096, rx 4096|--frames 4096 --fill-size 4096 --rx-size 4096"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
 	for v in "$@"; do

@@ -162,7 +162,11 @@ func TestCLIRedirectRingSizes(t *testing.T) {
 
 	r = cli(t, "redirect", "--iface", v.Name, "--duration", "300ms", "--shared-umem", "--frames", "2048", "--fill-size", "1024")
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Contains(t, r.stdout, "each socket: 2048 frames of 4096 B; rings: fill 1024, completion 2048, rx 2048, tx 2048\n")
+	require.Contains(t, r.stdout, "each socket: 2048 frames of 4096 B; rings: fill 1024, completion 2048, rx 4096, tx 2048\n")
+
+	r = cli(t, "redirect", "--iface", v.Name, "--duration", "300ms")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "each socket: 4096 frames of 4096 B; rings: fill 4096, completion 2048, rx 4096, tx 2048\n", "the defaults")
 }
 
 func TestCLIRedirectBadInput(t *testing.T) {
@@ -182,7 +186,7 @@ func TestCLIRedirectBadInput(t *testing.T) {
 		{[]string{"--tx-size", "2097152"}, "--tx-size 2097152: want a power of two from 1 to 1048576"},
 		{[]string{"--completion-size", "-4"}, "--completion-size -4: want a power of two"},
 		{[]string{"--frames", "300000"}, "--frames 300000: want 1 to 262144 per socket"},
-		{[]string{"--frames", "1024"}, "--frames 1024 is less than --fill-size 2048"},
+		{[]string{"--frames", "1024"}, "--frames 1024 is less than --fill-size 4096"},
 	} {
 		r := cli(t, append([]string{"redirect", "--iface", v.Name}, tc.args...)...)
 		requireOneLineError(t, r, 2, tc.want)

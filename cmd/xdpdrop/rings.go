@@ -23,23 +23,26 @@ const (
 // (docs/BENCHMARKS.md, "Ring and UMEM sizes").
 const (
 	defaultUMEMFrames = 4096
-	defaultFillSize   = xsk.DefaultRingSize
+	defaultFillSize   = 4096
 	defaultCompSize   = xsk.DefaultRingSize
-	defaultRxSize     = xsk.DefaultRingSize
+	defaultRxSize     = 4096
 	defaultTxSize     = xsk.DefaultRingSize
 )
 
 // ringsHelp explains the defaults, for redirect's --help.
 const ringsHelp = `Ring and UMEM sizes (--frames, --fill-size, --completion-size, --rx-size,
 --tx-size; powers of two up to 1048576, --frames up to 262144 per socket):
-each socket owns --frames UMEM frames and lends at most --fill-size of them
-to the kernel for receiving; the rest are for transmitting (l2fwd). The RX
-ring holds what the kernel received and the application has not read yet:
-2048 entries absorb 0.4 ms at 5 Mpps, longer than the scheduler usually
-keeps the application off its CPU, and a larger fill ring only helps when
-the application is off the CPU longer (one core shared with the kernel's
-receive work); larger rings also spread frames over more cache. 4096 frames
-cover a full fill ring and a full TX ring at once, as l2fwd needs.`
+each socket owns --frames UMEM frames (16 MiB of 4096-byte frames by
+default) and lends at most --fill-size of them to the kernel for receiving.
+The fill and RX rings are what absorbs a burst while the application is
+off its CPU: 4096 entries hold 0.8 ms at 5 Mpps. Lending all 4096 frames
+(as the kernel's xdpsock does) lost a third fewer frames than lending 2048
+when the application shared its core with the kernel's receive work, and
+no more on a core of its own (docs/BENCHMARKS.md); an RX ring smaller than
+the fill ring only moves the loss there (rx_ring_full). Every action here
+sends or recycles the frames it received, so none need to stay free; raise
+--frames above --fill-size only for headroom. The completion and TX rings
+(2048) matter for l2fwd only, which sends at most a batch at a time.`
 
 func (r *ringFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&r.frames, "frames", defaultUMEMFrames, "UMEM frames per socket (with --shared-umem, times the queues), at least --fill-size")
