@@ -145,22 +145,23 @@ func (r *inProcessRun) Stop() error {
 //
 // `xdpdrop bench` runs `xdpdrop gen` this way.
 func Command(name string, build func(job GenJob) *exec.Cmd) Generator {
-	return command{name: name, build: build}
+	return command{name: name, build: build, role: "generator"}
 }
 
 type command struct {
 	name  string
 	build func(GenJob) *exec.Cmd
+	role  string // in errors: "generator", "application"
 }
 
 func (c command) String() string { return c.name }
 
 func (c command) Start(job GenJob) (Running, error) {
 	cmd := c.build(job)
-	r := &commandRun{cmd: cmd, done: make(chan struct{})}
+	r := &commandRun{cmd: cmd, done: make(chan struct{}), role: c.role}
 	cmd.Stderr = &r.stderr
 	if err := startPinned(cmd, job.CPU); err != nil {
-		return nil, fmt.Errorf("start generator %s: %w", cmd.Path, err)
+		return nil, fmt.Errorf("start %s %s: %w", c.role, cmd.Path, err)
 	}
 	go func() {
 		r.err = cmd.Wait()
@@ -170,6 +171,7 @@ func (c command) Start(job GenJob) (Running, error) {
 }
 
 type commandRun struct {
+	role    string
 	cmd     *exec.Cmd
 	stderr  bytes.Buffer
 	done    chan struct{}
@@ -210,9 +212,9 @@ func (r *commandRun) Stop() error {
 	}
 	msg := bytes.TrimSpace(r.stderr.Bytes())
 	if len(msg) > 0 {
-		return fmt.Errorf("generator %s: %w: %s", r.cmd.Path, r.err, msg)
+		return fmt.Errorf("%s %s: %w: %s", r.role, r.cmd.Path, r.err, msg)
 	}
-	return fmt.Errorf("generator %s: %w", r.cmd.Path, r.err)
+	return fmt.Errorf("%s %s: %w", r.role, r.cmd.Path, r.err)
 }
 
 // startPinned starts cmd on cpu (-1: anywhere), killed with SIGKILL if the

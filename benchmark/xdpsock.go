@@ -198,15 +198,15 @@ func (r *caseRun) setupXDPSock() error {
 // printed something.
 func (r *caseRun) startExternal() error {
 	e := r.ext
-	gen := Command(e.path, func(GenJob) *exec.Cmd {
+	app := command{name: e.path, role: "application", build: func(GenJob) *exec.Cmd {
 		cmd := exec.Command(e.path, e.args...)
 		cmd.Env = append(os.Environ(), "LC_ALL=C") // no thousands separators
 		cmd.Stdout = e.out
 		return cmd
-	})
-	running, err := gen.Start(GenJob{CPU: r.appCPU})
+	}}
+	running, err := app.Start(GenJob{CPU: r.appCPU})
 	if err != nil {
-		return fmt.Errorf("application: %w", err)
+		return err
 	}
 	e.running = running
 	attached := func() bool {
@@ -220,7 +220,7 @@ func (r *caseRun) startExternal() error {
 			if err == nil {
 				err = errors.New("it exited")
 			}
-			return fmt.Errorf("application %s %s: %w", e.path, strings.Join(e.args, " "), err)
+			return fmt.Errorf("%s %s: %w", e.path, strings.Join(e.args, " "), err)
 		default:
 		}
 		if attached() || e.out.String() != "" {
@@ -241,8 +241,5 @@ func (r *caseRun) stopExternal() error {
 	}
 	err := r.ext.running.Stop()
 	r.ext.running = nil
-	if err != nil {
-		return fmt.Errorf("application: %w", err)
-	}
-	return nil
+	return err
 }
