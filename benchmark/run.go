@@ -180,6 +180,13 @@ func Run(ctx context.Context, cases []Case, opts Options) (*Report, error) {
 			if err := checkExecutable(opts.XDPSock); err != nil {
 				return nil, fmt.Errorf("benchmark: %s: %w", c.Name(), err)
 			}
+			if opts.Pair != nil {
+				// xdpsock detaches its program only when it ends by
+				// itself; one that must be killed (in poll mode it
+				// sees SIGINT only when a frame arrives) leaves it
+				// attached, which only a sandbox's removal undoes.
+				return nil, fmt.Errorf("benchmark: %s: xdpsock rows run on sandbox pairs only, not on %s/%s", c.Name(), opts.Pair.Host, opts.Pair.Peer)
+			}
 		}
 	}
 	start := time.Now()

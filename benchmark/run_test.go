@@ -499,7 +499,12 @@ func TestRunXDPSock(t *testing.T) {
 	boxes.requireGone(t)
 	requireNoChildren(t)
 
-	// Without the binary, such a row is refused before anything is made.
+	// Without the binary, or on a pair of the caller's, such a row is
+	// refused before anything is made.
+	o.Pair = &benchmark.Pair{Host: "a", Peer: "b"}
+	_, err = benchmark.Run(context.Background(), []benchmark.Case{c}, o)
+	require.ErrorContains(t, err, "xdpsock rows run on sandbox pairs only")
+	o.Pair = nil
 	o.XDPSock = filepath.Join(t.TempDir(), "nothing")
 	_, err = benchmark.Run(context.Background(), []benchmark.Case{c}, o)
 	require.ErrorContains(t, err, "xdpsock binary")

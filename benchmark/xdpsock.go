@@ -234,7 +234,12 @@ func (r *caseRun) startExternal() error {
 }
 
 // stopExternal stops the external application (SIGINT: xdpsock prints
-// its last statistics and detaches) and waits for it.
+// its last statistics and detaches) and waits for it. xdpsock in poll mode
+// (-p) notices SIGINT only when a frame arrives, which no longer happens
+// once the generator stopped: it is killed after five seconds, and its
+// totals are those of its last statistics block, at most a second old;
+// its program stays on the host end until the sandbox is removed (which
+// is why xdpsock rows run on sandboxes only).
 func (r *caseRun) stopExternal() error {
 	if r.ext == nil || r.ext.running == nil {
 		return nil

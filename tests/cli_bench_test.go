@@ -122,6 +122,7 @@ func TestCLIBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--xdpsock", "/nonexistent/xdpsock"}, `--xdpsock "/nonexistent/xdpsock": not an executable file`},
 		{[]string{"bench", "--xdpsock", "/tmp"}, `--xdpsock "/tmp": not an executable file`},
 		{[]string{"bench", "--tables", "xdpsock"}, "--tables xdpsock needs --xdpsock PATH"},
+		{[]string{"bench", "--xdpsock", "/bin/true", "--host", "a", "--peer", "b"}, "--xdpsock runs on sandbox pairs only"},
 		{[]string{"gen", "--iface", "x", "--engine", "dpdk"}, `--engine "dpdk": want live or xsk`},
 		{[]string{"gen", "--iface", "x", "--engine", "xsk", "--flows", "4"}, "--flows 4: the xsk engine sends one frame template"},
 	} {

@@ -76,7 +76,7 @@ func (s *Socket) Run(ctx context.Context, h Handler) error {
 			}
 		}
 		if s.wait == WaitPoll {
-			if err := s.poll(s.pollTimeout()); err != nil {
+			if err := s.pollBatch(); err != nil {
 				return err
 			}
 		}
@@ -125,6 +125,25 @@ func (s *Socket) idle(spinStart *time.Time) error {
 	}
 	*spinStart = time.Time{}
 	return s.poll(s.pollTimeout())
+}
+
+// pollBatch is poll mode's poll() before a batch. When the RX ring
+// already shows frames, poll() cannot sleep: it is made without a timeout
+// and without the eventfd (the loop checks for a stop itself), in the raw
+// form that skips the Go scheduler. Only an empty ring waits in a blocking
+// poll(), which the eventfd can interrupt. Either way it is one system
+// call per batch, as in xdpsock -p.
+func (s *Socket) pollBatch() error {
+	if s.rx.avail(1) == 0 {
+		return s.poll(s.pollTimeout())
+	}
+	s.c.polls.Add(1)
+	switch errno := pollNow(&s.pollNowFd); errno {
+	case 0, unix.EINTR:
+		return nil
+	default:
+		return fmt.Errorf("xsk: poll ifindex %d queue %d: %w", s.ifindex, s.queue, errno)
+	}
 }
 
 // pollTimeout is -1 (no timeout) unless frames are out for transmission:

@@ -195,6 +195,9 @@ type Socket struct {
 	relBuf   []Frame
 	txBuf    []Frame
 	pollFds  [2]unix.PollFd
+	// pollNowFd is the socket alone, for poll mode's poll() when the RX
+	// ring has frames already.
+	pollNowFd unix.PollFd
 
 	evfd    int // eventfd that interrupts a poll() in Run or Wait (Close, context)
 	evbuf   [8]byte
@@ -367,6 +370,7 @@ func Open(opts Options) (s *Socket, err error) {
 		return s, fmt.Errorf("xsk: create eventfd: %w", err)
 	}
 	s.pollFds = [2]unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}, {Fd: int32(s.evfd), Events: unix.POLLIN}}
+	s.pollNowFd = unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN}
 	s.rxBuf = make([]Frame, s.batch)
 	s.verdicts = make([]Verdict, s.batch)
 	s.relBuf = make([]Frame, 0, s.batch)

@@ -103,6 +103,20 @@ func wakeRX(fd int) unix.Errno {
 	return errno
 }
 
+// pollNow is ppoll(fd, 1, {0, 0}, NULL) on pfd: what poll mode asks the
+// kernel before every batch when the RX ring already shows frames (in copy
+// mode poll() also drives pending transmits). With a zero timeout it
+// cannot sleep, so the raw form is used: no scheduler hand-off, and the
+// runtime's monitor thread does not see a system call whose P it could
+// take away (which it does for one that lasts over 20µs, costing a wake-up
+// of another thread each time).
+func pollNow(pfd *unix.PollFd) unix.Errno {
+	var zero unix.Timespec
+	pfd.Revents = 0
+	_, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(pfd)), 1, uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
+	return errno
+}
+
 // wakeTX is sendto(fd, NULL, 0, MSG_DONTWAIT, NULL, 0). In copy mode the
 // kernel transmits inside this call, so it does real work but never sleeps.
 func wakeTX(fd int) unix.Errno {

@@ -1249,3 +1249,30 @@ func TestRingSizesReachTheKernel(t *testing.T) {
 		t.Errorf("%d frames lent to the kernel, want a full fill ring of 4096", got)
 	}
 }
+
+// TestPollModePollsEveryBatch: poll mode makes a poll() before every batch
+// (xdpsock -p's loop), whether frames were waiting or not, and receives
+// every frame sent; frames already on the ring are taken without
+// sleeping.
+func TestPollModePollsEveryBatch(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	s := e.open(t, xsk.Options{Queue: 0, Wait: xsk.WaitPoll, FillSize: 4096, RxSize: 4096, Frames: 4096, UMEMOptions: xsk.UMEMOptions{FrameCount: 4096}})
+	// 3000 frames wait on the ring before the loop starts: it must drain
+	// them batch by batch, each after a poll() that finds them.
+	e.send(t, 0, 3000, e.udp(1, 2, 3, 20))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := xsk.RxDrop(ctx, s, xsk.ModeOptions{Frames: 3000}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Stats()
+	if st.RxFrames < 3000 {
+		t.Fatalf("received %d of 3000 frames", st.RxFrames)
+	}
+	if st.Polls < st.RxBatches {
+		t.Errorf("%d polls for %d batches: poll mode polls before every batch", st.Polls, st.RxBatches)
+	}
+	if st.RxBatches < 3000/64 {
+		t.Errorf("%d batches for 3000 frames: more than 64 per batch", st.RxBatches)
+	}
+}

@@ -206,6 +206,9 @@ func (f *benchFlags) options(fl *pflag.FlagSet) (benchmark.Options, benchmark.Pl
 		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 			return opts, plan, usagef("--xdpsock %q: not an executable file (build xdpsock from bpf-examples' AF_XDP-example)", f.xdpsock)
 		}
+		if f.host != "" {
+			return opts, plan, usagef("--xdpsock runs on sandbox pairs only: drop --host and --peer (xdpsock leaves its program attached when it has to be killed)")
+		}
 		opts.XDPSock, plan.XDPSock = f.xdpsock, true
 	}
 	for _, t := range strings.Split(f.tables, ",") {
