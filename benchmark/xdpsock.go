@@ -199,7 +199,13 @@ func (r *caseRun) setupXDPSock() error {
 func (r *caseRun) startExternal() error {
 	e := r.ext
 	app := command{name: e.path, role: "application", build: func(GenJob) *exec.Cmd {
+		// xdpsock's statistics go through stdio, which buffers them in a
+		// pipe: stdbuf, where there is one, makes them line-buffered, so
+		// that a killed xdpsock leaves its last block readable.
 		cmd := exec.Command(e.path, e.args...)
+		if sb, err := exec.LookPath("stdbuf"); err == nil {
+			cmd = exec.Command(sb, append([]string{"-oL", e.path}, e.args...)...)
+		}
 		cmd.Env = append(os.Environ(), "LC_ALL=C") // no thousands separators
 		cmd.Stdout = e.out
 		return cmd

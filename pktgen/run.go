@@ -161,7 +161,7 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 		defer cancel()
 		deadline, _ = ctx.Deadline()
 	}
-	s := &schedule{opts: opts, start: time.Now(), deadline: deadline, ctx: ctx}
+	s := &schedule{opts: opts, start: time.Now(), deadline: deadline, ctx: ctx, ends: make([]time.Time, opts.InFlight)}
 	var (
 		wg       sync.WaitGroup
 		errOnce  sync.Once
@@ -231,7 +231,7 @@ func (g *Generator) worker(s *schedule, i, ifindex int, frame []byte, sent, call
 		} else if rate > 0 {
 			chunk = uint64(rate * s.opts.CallTime.Seconds())
 		}
-		n, wait, ok := s.claim(chunk, rate)
+		n, wait, ok := s.claim(i, chunk, rate)
 		if !ok {
 			return readThreadTimes().sub(t0), nil
 		}
@@ -249,6 +249,7 @@ func (g *Generator) worker(s *schedule, i, ifindex int, frame []byte, sent, call
 			return readThreadTimes().sub(t0), err
 		}
 		d := time.Since(t)
+		s.ended(i)
 		sent.Add(n)
 		calls.Add(1)
 		if d > 0 {
@@ -271,22 +272,28 @@ type schedule struct {
 
 	mu      sync.Mutex
 	claimed uint64 // frames handed to a call so far
+	// ends are when each thread's call in progress should end (zero:
+	// none in progress), to keep the ends apart.
+	ends []time.Time
 }
 
-// claim returns how many frames the next call sends (about want), and how
-// long to wait before it is due (with a rate), or ok false when the run
-// is over. rate is the caller's last measured rate (0: unknown).
-func (s *schedule) claim(want uint64, rate float64) (n uint64, wait time.Duration, ok bool) {
+// claim returns how many frames thread i's next call sends (about want),
+// and how long to wait before it is due (with a rate), or ok false when
+// the run is over. rate is the thread's last measured rate (0: unknown).
+func (s *schedule) claim(i int, want uint64, rate float64) (n uint64, wait time.Duration, ok bool) {
 	if s.ctx.Err() != nil {
 		return 0, 0, false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
 	n = want
+	if s.opts.Chunk == 0 && s.opts.Rate == 0 && rate > 0 {
+		n = uint64(rate * s.phase(i, now).Seconds())
+	}
 	if s.opts.Chunk == 0 {
 		n = min(max(n, minChunk), maxChunk)
 	}
-	now := time.Now()
 	if s.opts.Rate > 0 && s.opts.Chunk == 0 {
 		// About 20 ms worth at a time, then wait until they are due.
 		n = max(s.opts.Rate/50, 1)
@@ -308,7 +315,38 @@ func (s *schedule) claim(want uint64, rate float64) (n uint64, wait time.Duratio
 		wait = due.Sub(now)
 	}
 	s.claimed += n
+	if rate > 0 {
+		s.ends[i] = now.Add(wait + time.Duration(float64(n)/rate*float64(time.Second)))
+	}
 	return n, wait, true
+}
+
+// phase is how long thread i's next call should last so that it ends
+// CallTime/InFlight after the latest end of the others' calls in
+// progress: the ends stay spread over the period, so some call is always
+// running when one ends, and the calls' durations drift back to about
+// CallTime by themselves. Equal calls started apart would do the same
+// until their rates differ for a while and the ends meet.
+func (s *schedule) phase(i int, now time.Time) time.Duration {
+	var latest time.Time
+	for j, e := range s.ends {
+		if j != i && e.After(latest) {
+			latest = e
+		}
+	}
+	ct := s.opts.CallTime
+	if latest.Before(now) {
+		return ct // no other call in progress
+	}
+	d := latest.Sub(now) + ct/time.Duration(s.opts.InFlight)
+	return min(max(d, ct/4), 2*ct)
+}
+
+// ended records that thread i's call returned.
+func (s *schedule) ended(i int) {
+	s.mu.Lock()
+	s.ends[i] = time.Time{}
+	s.mu.Unlock()
 }
 
 // unclaim gives back frames a call did not send.

@@ -4,7 +4,9 @@
 # alternating them in one run so that other work on the machine hits every
 # variant alike (docs/BENCHMARKS.md, "The generator").
 #
-# Usage: scripts/gen-compare.sh [XDPDROP] [ROUNDS] [SECONDS]
+# Usage: [OTHER=xdpdrop-build] scripts/gen-compare.sh [XDPDROP] [ROUNDS] [SECONDS]
+#
+# OTHER adds a row for the default of another build of xdpdrop.
 #
 # It makes a veth pair with random names (one end in a new network
 # namespace), drops everything at the receiving end with fast drop in
@@ -35,12 +37,17 @@ set -- \
 	"fixed 1048576 per run, 1 in flight|--in-flight 1 --chunk 1048576" \
 	"fixed 4194304 per run, 1 in flight|--in-flight 1 --chunk 4194304" \
 	"fixed 65536 per run, 2 in flight|--in-flight 2 --chunk 65536"
+if [ -n "${OTHER:-}" ]; then
+	set -- "$@" "default of $OTHER|"
+fi
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
 	for v in "$@"; do
 		name=${v%%|*} flags=${v#*|}
+		bin=$XDPDROP
+		case $name in "default of "*) bin=$OTHER ;; esac
 		# shellcheck disable=SC2086
-		taskset -c 0 "$XDPDROP" gen --netns "$ns" --iface "$peer" --batch 256 \
+		taskset -c 0 "$bin" gen --netns "$ns" --iface "$peer" --batch 256 \
 			--duration "${SECS}s" --quiet --json $flags |
 			jq -r --arg r "$r" --arg n "$name" \
 				'"\($r)\t\($n)\t\(.pps / 1e6 * 100 | round / 100) Mpps\tran \(.busy_pct | round)%\tslept \(.idle_pct // 0 | round)%\truns \(.calls)"' 

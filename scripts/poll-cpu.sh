@@ -51,7 +51,8 @@ r=1
 while [ "$r" -le "$ROUNDS" ]; do
 	for app in "$@"; do
 		if [ "$app" = xdpsock ]; then
-			LC_ALL=C taskset -c "$APPCPU" "$XDPSOCK" -i "$host" -q 0 -N -c -r -p -x -a >"$out" 2>/dev/null &
+			# stdbuf: its statistics go through stdio, buffered in a file.
+			LC_ALL=C taskset -c "$APPCPU" stdbuf -oL "$XDPSOCK" -i "$host" -q 0 -N -c -r -p -x -a >"$out" 2>/dev/null &
 		else
 			# shellcheck disable=SC2086
 			taskset -c "$APPCPU" "$app" redirect --iface "$host" --action drop --wait poll --json \
