@@ -72,7 +72,10 @@ pass sets each row up, warms it up for --warmup, measures it for
 --duration and removes it; --repeat passes run one after the other, so
 that other work on the machine disturbs one repeat of several rows rather
 than every repeat of one. A row gives the median rate with its range and
-spread, the rate offered to it, and every frame sent, received and lost, by
+spread, the rate offered to it, the share of the generator's CPU that sat
+idle (the generator slept while it could have sent), a mark (†) on rows
+that took everything the generator offered (generator-bound: what they
+measure could go faster), and every frame sent, received and lost, by
 cause (the veth ring, XDP_STATISTICS, the programs' counters), counted from
 the start of the traffic to its end.
 
