@@ -295,8 +295,11 @@ func (s *schedule) claim(i int, want uint64, rate float64) (n uint64, wait time.
 		n = min(max(n, minChunk), maxChunk)
 	}
 	if s.opts.Rate > 0 && s.opts.Chunk == 0 {
-		// About 20 ms worth at a time, then wait until they are due.
-		n = max(s.opts.Rate/50, 1)
+		// CallTime's worth at a time, then wait until they are due:
+		// calls that do not overlap wait for grace periods, and with
+		// shorter ones a slow grace period alone would hold the rate
+		// back.
+		n = max(uint64(float64(s.opts.Rate)*s.opts.CallTime.Seconds()), 1)
 	}
 	if !s.deadline.IsZero() && rate > 0 && s.opts.Chunk == 0 {
 		// End the last call near the deadline rather than a whole call
