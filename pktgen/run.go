@@ -1,11 +1,14 @@
 package pktgen
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +28,8 @@ type RunOptions struct {
 	// InFlight is how many live-frames calls Run keeps in the kernel at
 	// once, each from a thread of its own (default DefaultInFlight, at
 	// most MaxInFlight). The threads run in the caller's network
-	// namespace, on the CPUs the calling thread may use.
+	// namespace, all on one CPU: the calling thread's, if it may run on
+	// one only, else the one it runs on when Run starts.
 	//
 	// Why: every test run with more than one repeat adds its program to
 	// the kernel's XDP dispatcher when it starts and removes it when it
@@ -402,6 +406,18 @@ func callerThread() (*thread, error) {
 	if err := unix.SchedGetaffinity(0, &t.affinity); err != nil {
 		return nil, fmt.Errorf("pktgen: read CPU affinity: %w", err)
 	}
+	if t.affinity.Count() > 1 {
+		// One CPU for all the runs: their frames then reach the peer's
+		// ring from one CPU, as one sender's do, instead of several
+		// CPUs overrunning it together.
+		cpu := currentCPU()
+		if cpu < 0 || !t.affinity.IsSet(cpu) {
+			for cpu = 0; !t.affinity.IsSet(cpu); cpu++ {
+			}
+		}
+		t.affinity.Zero()
+		t.affinity.Set(cpu)
+	}
 	t.cpus = t.affinity.Count()
 	f, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
@@ -414,6 +430,30 @@ func callerThread() (*thread, error) {
 	}
 	t.netns, t.ino = f, st.Ino
 	return t, nil
+}
+
+// currentCPU is the CPU the calling thread last ran on (field 39 of
+// /proc/thread-self/stat), or -1.
+func currentCPU() int {
+	b, err := os.ReadFile("/proc/thread-self/stat")
+	if err != nil {
+		return -1
+	}
+	// pid (comm) state ...: comm may hold spaces; count from after it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// After the comm, field 3 (state) is f[0]: processor (39) is f[36].
+	if len(f) < 37 {
+		return -1
+	}
+	cpu, err := strconv.Atoi(f[36])
+	if err != nil {
+		return -1
+	}
+	return cpu
 }
 
 // join moves the calling (locked) thread into t's namespace, if it is in

@@ -78,8 +78,8 @@ grace period (10-30 ms on a loaded VM): a run of 65536 frames alone sleeps
 most of the time. gen keeps --in-flight runs of the same program in the
 kernel at once, started apart, so that one is always running and the
 program never leaves the dispatcher; each run is sized to take about 50ms
-(--chunk fixes the size instead). The runs' threads use the CPUs gen may
-run on (pin it with taskset to keep it to one). The summary says how busy
+(--chunk fixes the size instead). The runs' threads share one CPU, the one
+gen starts on (choose it with taskset), as a single sender would. The summary says how busy
 they kept their CPUs: well under 100% means the generator, not the
 receiver, set the rate.
 
