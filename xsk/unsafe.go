@@ -6,6 +6,7 @@ package xsk
 // UMEM. Nothing else in the package imports unsafe.
 
 import (
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -115,6 +116,24 @@ func pollNow(pfd *unix.PollFd) unix.Errno {
 	pfd.Revents = 0
 	_, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(pfd)), 1, uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
 	return errno
+}
+
+// pollRaw is ppoll(fds, timeout, NULL) in the raw form: the thread sleeps
+// in the kernel while keeping its P, so that when frames come it runs on
+// at once instead of first getting a P back (the blocking system call's
+// hand-off, which on a CPU shared with the kernel's receive work can take
+// longer than the RX ring lasts). Only for short waits: the runtime's
+// preemption signal interrupts it (EINTR), so neither the garbage
+// collector nor other goroutines wait for more than the runtime's
+// preemption interval, as with a goroutine that spins.
+func pollRaw(fds []unix.PollFd, timeout time.Duration) (int, unix.Errno) {
+	ts := unix.NsecToTimespec(timeout.Nanoseconds())
+	for i := range fds {
+		fds[i].Revents = 0
+	}
+	n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
+		uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	return int(n), errno
 }
 
 // wakeTX is sendto(fd, NULL, 0, MSG_DONTWAIT, NULL, 0). In copy mode the

@@ -1275,4 +1275,17 @@ func TestPollModePollsEveryBatch(t *testing.T) {
 	if st.RxBatches < 3000/64 {
 		t.Errorf("%d batches for 3000 frames: more than 64 per batch", st.RxBatches)
 	}
+
+	// Frames that come while the loop waits on an empty ring (in the raw
+	// poll() first, then the blocking one) are received too.
+	sent := e.sendAsync(0, 3000, e.udp(1, 2, 3, 20))
+	if err := xsk.RxDrop(ctx, s, xsk.ModeOptions{Frames: 3000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if st2, _ := s.Stats(); st2.RxFrames-st.RxFrames < 3000 {
+		t.Errorf("received %d of 3000 frames sent while waiting", st2.RxFrames-st.RxFrames)
+	}
 }
