@@ -63,6 +63,24 @@ const (
 	TableNeedWakeup = "need_wakeup" // rxdrop/txonly/l2fwd x placement x need_wakeup
 	TableBusyPoll   = "busy_poll"   // rxdrop on one core, busy polling off and by budget
 	TableFrameSize  = "frame_size"  // rxdrop/txonly/l2fwd x frame size
+	// TableXDPSock puts rxdrop and l2fwd of package xsk next to the
+	// same rows run by an xdpsock binary the user names
+	// (Options.XDPSock): "Go against C" on the user's own machine. It is
+	// not in Tables(): it needs that binary.
+	TableXDPSock = "xdpsock"
+)
+
+// App is what runs an AF_XDP row.
+type App string
+
+const (
+	// AppXSK runs the row with package xsk, in this process (the
+	// default, also written "").
+	AppXSK App = ""
+	// AppXDPSock runs the row with the xdpsock binary of
+	// Options.XDPSock (the kernel's AF_XDP sample, from bpf-examples),
+	// in a process of its own on the application's CPU.
+	AppXDPSock App = "xdpsock"
 )
 
 // Tables lists the standard tables in order.
@@ -88,6 +106,8 @@ type Case struct {
 	// BusyPollBudget > 0 turns preferred busy polling on with this budget
 	// (SO_BUSY_POLL_BUDGET); RxDrop only.
 	BusyPollBudget int `json:"busy_poll_budget,omitempty"`
+	// App runs the row (AF_XDP kinds): package xsk, or xdpsock.
+	App App `json:"app,omitempty"`
 }
 
 // Frame sizes the standard plan uses.
@@ -111,6 +131,9 @@ func (c Case) Name() string {
 			if c.BusyPollBudget > 0 {
 				fmt.Fprintf(&b, " busy_poll=%d", c.BusyPollBudget)
 			}
+		}
+		if c.App != AppXSK {
+			fmt.Fprintf(&b, " %s", c.App)
 		}
 	}
 	return b.String()
@@ -142,6 +165,12 @@ func (c Case) Validate() error {
 		return fmt.Errorf("benchmark: busy-poll budget %d: want 0 (off) to 65535", c.BusyPollBudget)
 	case c.BusyPollBudget > 0 && c.Kind != RxDrop:
 		return fmt.Errorf("benchmark: %s: busy polling is measured for %s only", c.Kind, RxDrop)
+	case c.App != AppXSK && c.App != AppXDPSock:
+		return fmt.Errorf("benchmark: app %q: want %q (package xsk) or %q", c.App, AppXSK, AppXDPSock)
+	case c.App == AppXDPSock && c.Kind != RxDrop && c.Kind != L2Fwd:
+		return fmt.Errorf("benchmark: %s: xdpsock runs %s and %s rows only", c.Kind, RxDrop, L2Fwd)
+	case c.App == AppXDPSock && c.BusyPollBudget > 0:
+		return fmt.Errorf("benchmark: xdpsock rows run without busy polling")
 	}
 	return nil
 }
@@ -158,6 +187,9 @@ type PlanOptions struct {
 	Sizes []int
 	// Budgets are the busy-poll budgets (default 64, 256 and 512).
 	Budgets []int
+	// XDPSock adds the xdpsock table (TableXDPSock) at the end, unless
+	// Tables lists it already.
+	XDPSock bool
 }
 
 // Plan returns the rows of the standard tables, in the shape of the
@@ -170,7 +202,9 @@ type PlanOptions struct {
 //   - busy_poll: rxdrop on one core with busy polling off and with each
 //     budget (need_wakeup on);
 //   - frame_size: rxdrop, txonly and l2fwd on two cores with need_wakeup
-//     on, at each frame size.
+//     on, at each frame size;
+//   - xdpsock (only when asked for): rxdrop and l2fwd on one core and on
+//     two with need_wakeup on, each by package xsk and then by xdpsock.
 //
 // Rows that two tables share are measured once by Run.
 func Plan(p PlanOptions) ([]Case, error) {
@@ -188,6 +222,9 @@ func Plan(p PlanOptions) ([]Case, error) {
 	}
 	size := p.Sizes[0]
 	afxdp := []Kind{RxDrop, TxOnly, L2Fwd}
+	if p.XDPSock && !slices.Contains(p.Tables, TableXDPSock) {
+		p.Tables = append(slices.Clip(p.Tables), TableXDPSock)
+	}
 	var cs []Case
 	for _, t := range p.Tables {
 		switch t {
@@ -216,8 +253,16 @@ func Plan(p PlanOptions) ([]Case, error) {
 					cs = append(cs, Case{Table: t, Kind: k, FrameSize: s, Placement: TwoCores, NeedWakeup: true})
 				}
 			}
+		case TableXDPSock:
+			for _, k := range []Kind{RxDrop, L2Fwd} {
+				for _, pl := range []Placement{OneCore, TwoCores} {
+					for _, app := range []App{AppXSK, AppXDPSock} {
+						cs = append(cs, Case{Table: t, Kind: k, FrameSize: size, Placement: pl, NeedWakeup: true, App: app})
+					}
+				}
+			}
 		default:
-			return nil, fmt.Errorf("benchmark: unknown table %q: want %s", t, strings.Join(Tables(), ", "))
+			return nil, fmt.Errorf("benchmark: unknown table %q: want %s or %s", t, strings.Join(Tables(), ", "), TableXDPSock)
 		}
 	}
 	for _, c := range cs {

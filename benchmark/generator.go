@@ -145,52 +145,23 @@ func (r *inProcessRun) Stop() error {
 //
 // `xdpdrop bench` runs `xdpdrop gen` this way.
 func Command(name string, build func(job GenJob) *exec.Cmd) Generator {
-	return command{name: name, build: build}
+	return command{name: name, build: build, role: "generator"}
 }
 
 type command struct {
 	name  string
 	build func(GenJob) *exec.Cmd
+	role  string // in errors: "generator", "application"
 }
 
 func (c command) String() string { return c.name }
 
 func (c command) Start(job GenJob) (Running, error) {
 	cmd := c.build(job)
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	r := &commandRun{cmd: cmd, done: make(chan struct{})}
+	r := &commandRun{cmd: cmd, done: make(chan struct{}), role: c.role}
 	cmd.Stderr = &r.stderr
-	// A child inherits the affinity of the thread that forks it; that
-	// thread is also the one whose death Pdeathsig watches, so it stays
-	// locked to this goroutine only while forking and keeps living after.
-	start := func() error {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		var old unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &old); err != nil {
-			return fmt.Errorf("generator: read CPU affinity: %w", err)
-		}
-		if err := pinThread(job.CPU); err != nil {
-			return fmt.Errorf("generator: %w", err)
-		}
-		err := cmd.Start()
-		if rerr := unix.SchedSetaffinity(0, &old); rerr != nil {
-			// Leave the thread locked: it dies with the goroutine
-			// rather than run others on the wrong CPU.
-			runtime.LockOSThread()
-			err = errors.Join(err, fmt.Errorf("generator: restore CPU affinity: %w", rerr))
-		}
-		return err
-	}
-	if err := start(); err != nil {
-		if cmd.Process != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-		return nil, fmt.Errorf("start generator %s: %w", cmd.Path, err)
+	if err := startPinned(cmd, job.CPU); err != nil {
+		return nil, fmt.Errorf("start %s %s: %w", c.role, cmd.Path, err)
 	}
 	go func() {
 		r.err = cmd.Wait()
@@ -200,6 +171,7 @@ func (c command) Start(job GenJob) (Running, error) {
 }
 
 type commandRun struct {
+	role    string
 	cmd     *exec.Cmd
 	stderr  bytes.Buffer
 	done    chan struct{}
@@ -240,9 +212,48 @@ func (r *commandRun) Stop() error {
 	}
 	msg := bytes.TrimSpace(r.stderr.Bytes())
 	if len(msg) > 0 {
-		return fmt.Errorf("generator %s: %w: %s", r.cmd.Path, r.err, msg)
+		return fmt.Errorf("%s %s: %w: %s", r.role, r.cmd.Path, r.err, msg)
 	}
-	return fmt.Errorf("generator %s: %w", r.cmd.Path, r.err)
+	return fmt.Errorf("%s %s: %w", r.role, r.cmd.Path, r.err)
+}
+
+// startPinned starts cmd on cpu (-1: anywhere), killed with SIGKILL if the
+// thread that started it dies; on failure nothing is left running.
+func startPinned(cmd *exec.Cmd, cpu int) error {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	// A child inherits the affinity of the thread that forks it; that
+	// thread is also the one whose death Pdeathsig watches, so it stays
+	// locked to this goroutine only while forking and keeps living after.
+	start := func() error {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var old unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &old); err != nil {
+			return fmt.Errorf("read CPU affinity: %w", err)
+		}
+		if err := pinThread(cpu); err != nil {
+			return err
+		}
+		err := cmd.Start()
+		if rerr := unix.SchedSetaffinity(0, &old); rerr != nil {
+			// Leave the thread locked: it dies with the goroutine
+			// rather than run others on the wrong CPU.
+			runtime.LockOSThread()
+			err = errors.Join(err, fmt.Errorf("restore CPU affinity: %w", rerr))
+		}
+		return err
+	}
+	if err := start(); err != nil {
+		if cmd.Process != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		return err
+	}
+	return nil
 }
 
 // pinThread pins the calling thread to cpu (cpu < 0: leave it alone).

@@ -59,6 +59,8 @@ type counts struct {
 	// System calls the socket made: wake-ups for the fill ring (or busy
 	// polling), TX kicks, poll().
 	syscalls uint64
+	// Frames an external application (xdpsock) says it received.
+	appRx uint64
 }
 
 func (c counts) sub(o counts) counts {
@@ -77,6 +79,7 @@ func (c counts) sub(o counts) counts {
 		linkTxDropped: c.linkTxDropped - o.linkTxDropped,
 		arrived:       c.arrived - o.arrived,
 		syscalls:      c.syscalls - o.syscalls,
+		appRx:         c.appRx - o.appRx,
 	}
 }
 
@@ -97,6 +100,7 @@ func (c counts) add(o counts) counts {
 		linkTxDropped: c.linkTxDropped + o.linkTxDropped,
 		arrived:       c.arrived + o.arrived,
 		syscalls:      c.syscalls + o.syscalls,
+		appRx:         c.appRx + o.appRx,
 	}
 }
 
@@ -118,6 +122,10 @@ type caseRun struct {
 	appCancel context.CancelFunc
 	appDone   chan struct{}
 	appErr    error
+
+	// ext is the application of an xdpsock row, run by start instead of
+	// app.
+	ext *external
 }
 
 // setup builds the environment of c: interfaces, programs, sockets.
@@ -144,7 +152,11 @@ func setup(c Case, opts Options) (r *caseRun, err error) {
 	case DropFast:
 		err = r.setupFastDrop()
 	case RxDrop, L2Fwd:
-		err = r.setupRx()
+		if c.App == AppXDPSock {
+			err = r.setupXDPSock()
+		} else {
+			err = r.setupRx()
+		}
 	case TxOnly:
 		err = r.setupTx()
 	}
@@ -205,6 +217,18 @@ func (r *caseRun) attach(att func() (*loader.Attachment, error), peer bool) erro
 		return err
 	}
 	r.env.onClose(a.Close)
+	return nil
+}
+
+// attachPeerCounter attaches the counting program to the peer end, where
+// l2fwd's frames come back.
+func (r *caseRun) attachPeerCounter(objs *gen.BasicObjects) error {
+	if err := r.attach(func() (*loader.Attachment, error) {
+		return loader.Attach(objs.XdpCount, loader.Options{Interface: r.env.peer, Mode: loader.ModeDriver,
+			Config: map[string]string{"program": "count", "benchmark": "true"}})
+	}, true); err != nil {
+		return fmt.Errorf("count the frames l2fwd sends back at %s: %w", r.env.peer, err)
+	}
 	return nil
 }
 
@@ -321,11 +345,8 @@ func (r *caseRun) setupRx() error {
 		if err != nil {
 			return err
 		}
-		if err := r.attach(func() (*loader.Attachment, error) {
-			return loader.Attach(objs.XdpCount, loader.Options{Interface: r.env.peer, Mode: loader.ModeDriver,
-				Config: map[string]string{"program": "count", "benchmark": "true"}})
-		}, true); err != nil {
-			return fmt.Errorf("count the frames l2fwd sends back at %s: %w", r.env.peer, err)
+		if err := r.attachPeerCounter(objs); err != nil {
+			return err
 		}
 		arrived = read
 		r.app = func(ctx context.Context) error {
@@ -470,6 +491,11 @@ func (r *caseRun) start() error {
 			return fmt.Errorf("application: %w", err)
 		}
 	}
+	if r.ext != nil {
+		if err := r.startExternal(); err != nil {
+			return err
+		}
+	}
 	if r.c.Kind != TxOnly {
 		running, err := r.opts.Generator.Start(r.job)
 		if err != nil {
@@ -522,6 +548,13 @@ func (r *caseRun) flowing() error {
 			default:
 			}
 		}
+		if r.ext != nil {
+			select {
+			case <-r.ext.running.Done():
+				return errors.Join(errors.New("the application stopped by itself"), r.stopExternal())
+			default:
+			}
+		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	return errors.New("no traffic within 10s of starting it")
@@ -531,12 +564,15 @@ func (r *caseRun) flowing() error {
 func (r *caseRun) wait(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	var genDone, appDone <-chan struct{}
+	var genDone, appDone, extDone <-chan struct{}
 	if r.running != nil {
 		genDone = r.running.Done()
 	}
 	if r.appDone != nil {
 		appDone = r.appDone
+	}
+	if r.ext != nil && r.ext.running != nil {
+		extDone = r.ext.running.Done()
 	}
 	select {
 	case <-t.C:
@@ -553,6 +589,8 @@ func (r *caseRun) wait(ctx context.Context, d time.Duration) error {
 			return fmt.Errorf("application: %w", r.appErr)
 		}
 		return errors.New("the application stopped by itself")
+	case <-extDone:
+		return errors.Join(errors.New("the application stopped by itself"), r.stopExternal())
 	}
 }
 
@@ -575,19 +613,32 @@ func (r *caseRun) stop() error {
 		}
 		errs = append(errs, r.settle())
 	}
+	if r.ext != nil && r.ext.running != nil {
+		errs = append(errs, r.stopExternal(), r.settle())
+	}
 	return errors.Join(errs...)
 }
 
 // cpu reads where the machine's CPU time went, counting the case's own
 // tasks apart.
 func (r *caseRun) cpu() cpuTicks {
-	pids := r.env.kernelPids
-	if r.running != nil {
-		if p, ok := pidOf(r.running); ok {
-			pids = append(slices.Clip(pids), strconv.Itoa(p))
+	pids := slices.Clip(r.env.kernelPids)
+	for _, run := range []Running{r.running, r.extRunning()} {
+		if run == nil {
+			continue
+		}
+		if p, ok := pidOf(run); ok {
+			pids = append(pids, strconv.Itoa(p))
 		}
 	}
-	return readCPUTicks(pids)
+	return readCPUTicks(pids, r.opts.genCPU())
+}
+
+func (r *caseRun) extRunning() Running {
+	if r.ext == nil || r.ext.running == nil {
+		return nil
+	}
+	return r.ext.running
 }
 
 // settle waits until the counters stop moving and the socket has read
@@ -669,11 +720,17 @@ func account(c Case, veth bool, res *Result, d counts) {
 	}
 	sent, known := offeredIn(c, veth, d)
 	res.Sent, res.Received = sent, d.hook
+	if c.App == AppXDPSock {
+		res.AppReceived = d.appRx
+	}
 	if c.Kind.IsAFXDP() {
 		// Per frame the socket handled: received, or sent (txonly).
 		n := d.hook
-		if c.Kind == TxOnly {
+		switch {
+		case c.Kind == TxOnly:
 			n = d.completed
+		case c.App == AppXDPSock:
+			n = d.appRx // what its system call counts go with
 		}
 		if n > 0 {
 			res.SyscallsPerFrame = float64(d.syscalls) / float64(n)

@@ -33,6 +33,8 @@ type Settings struct {
 	Wait            string  `json:"wait"`
 	Batch           int     `json:"batch"`
 	Generator       string  `json:"generator"`
+	// XDPSock is the xdpsock binary of the xdpsock rows, if any.
+	XDPSock string `json:"xdpsock,omitempty"`
 	// Interfaces is "sandbox" (a fresh veth pair per case) or
 	// "HOST/PEER".
 	Interfaces string `json:"interfaces"`
@@ -52,6 +54,16 @@ type Result struct {
 	// whose Mpps is as high is limited by what was offered, not by what
 	// it measures. Zero when unknown (a peer that is not veth).
 	OfferedMpps Summary `json:"offered_mpps"`
+	// GeneratorIdlePct is the share of the generator's CPU's time in
+	// which nothing ran on it, in percent (median of the windows): the
+	// live-frames generator slept, waiting for the kernel (RCU grace
+	// periods), while it could have sent. Absent without a generator
+	// (txonly).
+	GeneratorIdlePct *float64 `json:"generator_idle_pct,omitempty"`
+	// GeneratorBound is set when the row took everything the generator
+	// offered (Mpps at least 98% of OfferedMpps): its rate is the
+	// generator's, and what it measures could go faster.
+	GeneratorBound bool `json:"generator_bound"`
 
 	// Totals from the start of the traffic to its end, after the rings
 	// drained (warm-up included), so that every frame is accounted for:
@@ -65,7 +77,11 @@ type Result struct {
 	Sent      uint64 `json:"sent"`
 	Received  uint64 `json:"received"`
 	Forwarded uint64 `json:"forwarded,omitempty"` // l2fwd: sent back and arrived at the peer
-	Lost      []Loss `json:"lost"`
+	// AppReceived is what an external application said it received
+	// (xdpsock rows: its own rx count), next to Received, which counts
+	// the frames its program put on the socket's RX ring.
+	AppReceived uint64 `json:"app_received,omitempty"`
+	Lost        []Loss `json:"lost"`
 	// Unaccounted is what no counter explains: frames still in flight
 	// when the counters were read, or (negative) frames the ends sent by
 	// themselves. It stays within a few frames.
@@ -84,9 +100,9 @@ type Result struct {
 	// time), the worst window.
 	StealPct float64 `json:"steal_pct"`
 
-	// Note says something the figures alone do not, such as "kept up with
-	// the sender": it received everything offered, so the sender set the
-	// rate.
+	// Note says something the figures alone do not, such as
+	// "generator-bound" (see GeneratorBound) or, for txonly, "kept up with
+	// the sender": everything the socket sent arrived.
 	Note string `json:"note,omitempty"`
 	// Error is why the case could not be measured; the figures are then
 	// empty.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
@@ -37,6 +38,10 @@ type Options struct {
 	Wait xsk.WaitMode
 	// Batch is the AF_XDP batch size (default 64).
 	Batch int
+	// XDPSock is the path of an xdpsock binary (the kernel's AF_XDP
+	// sample, from bpf-examples) that runs the rows whose App is
+	// AppXDPSock. Nothing here builds or ships it.
+	XDPSock string
 	// Pair measures on these interfaces instead of a fresh veth pair
 	// per case.
 	Pair *Pair
@@ -171,6 +176,18 @@ func Run(ctx context.Context, cases []Case, opts Options) (*Report, error) {
 		if err := c.Validate(); err != nil {
 			return nil, err
 		}
+		if c.App == AppXDPSock {
+			if err := checkExecutable(opts.XDPSock); err != nil {
+				return nil, fmt.Errorf("benchmark: %s: %w", c.Name(), err)
+			}
+			if opts.Pair != nil {
+				// xdpsock detaches its program only when it ends by
+				// itself; one that must be killed (in poll mode it
+				// sees SIGINT only when a frame arrives) leaves it
+				// attached, which only a sandbox's removal undoes.
+				return nil, fmt.Errorf("benchmark: %s: xdpsock rows run on sandbox pairs only, not on %s/%s", c.Name(), opts.Pair.Host, opts.Pair.Peer)
+			}
+		}
 	}
 	start := time.Now()
 	rep := &Report{
@@ -245,6 +262,7 @@ type row struct {
 	offered []float64
 	other   []float64 // per window: CPU time other work used, percent
 	steal   []float64 // per window: CPU time the hypervisor took, percent
+	genIdle []float64 // per window: idle share of the generator's CPU, percent
 	total   counts    // from the start of the traffic to its end, summed over passes
 	err     string
 }
@@ -262,8 +280,18 @@ func (r *row) result() Result {
 	res.OtherCPUPct = Summarize(r.other).Max
 	res.StealPct = Summarize(r.steal).Max
 	account(r.c, r.veth, &res, r.total)
+	if len(r.genIdle) > 0 {
+		idle := Summarize(r.genIdle).Median
+		res.GeneratorIdlePct = &idle
+	}
 	if res.OfferedMpps.Median > 0 && res.Mpps.Median >= 0.98*res.OfferedMpps.Median {
-		res.Note = "kept up with the sender"
+		if r.c.Kind == TxOnly {
+			// The sender is the socket under test.
+			res.Note = "kept up with the sender"
+		} else {
+			res.GeneratorBound = true
+			res.Note = "generator-bound: took all the generator offered, so the rate is the generator's"
+		}
 	}
 	return res
 }
@@ -274,11 +302,26 @@ func (o Options) progress(e Event) {
 	}
 }
 
+// checkExecutable says why path cannot run an xdpsock row.
+func checkExecutable(path string) error {
+	if path == "" {
+		return errors.New("xdpsock rows need the path of an xdpsock binary")
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("xdpsock binary: %w", err)
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return fmt.Errorf("xdpsock binary %s is not an executable file", path)
+	}
+	return nil
+}
+
 func settingsOf(o Options) Settings {
 	s := Settings{
 		WarmupSeconds: o.Warmup.Seconds(), DurationSeconds: o.Duration.Seconds(), Repeat: o.Repeat,
 		CPUs: slices.Clone(o.CPUs), Flows: o.Flows, Wait: o.Wait.String(), Batch: o.Batch,
-		Generator: o.Generator.String(), Interfaces: "sandbox",
+		Generator: o.Generator.String(), Interfaces: "sandbox", XDPSock: o.XDPSock,
 	}
 	if o.Pair != nil {
 		s.Interfaces = o.Pair.Host + "/" + o.Pair.Peer
@@ -376,6 +419,9 @@ func (w *row) measure(ctx context.Context, pass, total int, opts Options) error 
 	w.total = w.total.add(last.sub(first))
 	w.other = append(w.other, cpu.otherPct())
 	w.steal = append(w.steal, cpu.stealPct())
+	if idle := cpu.genIdlePct(); w.c.Kind != TxOnly && idle >= 0 {
+		w.genIdle = append(w.genIdle, idle)
+	}
 	e = ev("repeat")
 	e.Mpps = mpps
 	opts.progress(e)

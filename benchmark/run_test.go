@@ -3,11 +3,13 @@ package benchmark_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"github.com/xdpdrop/xdpdrop/internal/sandbox"
 	"github.com/xdpdrop/xdpdrop/internal/testenv"
 	"github.com/xdpdrop/xdpdrop/loader"
+	"github.com/xdpdrop/xdpdrop/xsk"
 )
 
 // genEnv carries a generator job (JSON) to a child copy of the test
@@ -28,6 +31,13 @@ import (
 const genEnv = "XDPDROP_BENCHMARK_TEST_GENERATOR"
 
 func TestMain(m *testing.M) {
+	if f := os.Getenv(xdpsockEnv); f != "" {
+		if err := childXDPSock(f, flagArgs()); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
 	if job := os.Getenv(genEnv); job != "" {
 		if err := childGenerator(job); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -36,6 +46,17 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// flagArgs are the arguments after the test binary's own -test.* ones.
+func flagArgs() []string {
+	var out []string
+	for _, a := range os.Args[1:] {
+		if !strings.HasPrefix(a, "-test.") {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func childGenerator(spec string) error {
@@ -349,4 +370,142 @@ func TestOptionsRefused(t *testing.T) {
 	}
 	_, err := benchmark.Run(context.Background(), []benchmark.Case{{Kind: benchmark.RxDrop, FrameSize: 64}}, benchmark.Options{})
 	require.ErrorContains(t, err, "placement")
+}
+
+// xdpsockEnv makes a child copy of the test binary stand in for xdpsock
+// (see fakeXDPSock); its value is the file to record the arguments in.
+const xdpsockEnv = "XDPDROP_BENCHMARK_TEST_XDPSOCK"
+
+// fakeXDPSock writes a shell script that stands in for xdpsock: it runs
+// this test binary as a child that records its arguments, attaches the
+// redirect program to the -i interface, receives and drops on a socket of
+// package xsk, and prints what it received and lost in xdpsock's format
+// (with thousands separators in the last block, as in a locale with
+// grouping) until SIGINT, then exits 0 as xdpsock does.
+func fakeXDPSock(t *testing.T) (path, argsFile string) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	dir := t.TempDir()
+	path, argsFile = filepath.Join(dir, "xdpsock"), filepath.Join(dir, "args")
+	script := "#!/bin/sh\nexec env " + xdpsockEnv + "=" + argsFile + " " + exe + " -test.run=^$ \"$@\"\n"
+	require.NoError(t, os.WriteFile(path, []byte(script), 0o755))
+	return path, argsFile
+}
+
+// childXDPSock is the child that fakeXDPSock runs.
+func childXDPSock(argsFile string, args []string) error {
+	if err := os.WriteFile(argsFile, []byte(strings.Join(args, " ")), 0o644); err != nil {
+		return err
+	}
+	iface := ""
+	for i, a := range args {
+		if a == "-i" && i+1 < len(args) {
+			iface = args[i+1]
+		}
+	}
+	red, err := xsk.NewRedirect(xsk.RedirectOptions{Queues: []int{0}})
+	if err != nil {
+		return err
+	}
+	defer red.Close()
+	att, err := loader.Attach(red.Program(), loader.Options{Interface: iface, Mode: loader.ModeDriver})
+	if err != nil {
+		return err
+	}
+	defer att.Close()
+	s, err := xsk.Open(xsk.Options{Interface: iface, Bind: xsk.BindCopy})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := red.Register(s); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- xsk.RxDrop(ctx, s, xsk.ModeOptions{}) }()
+	grouped := func(n uint64) string {
+		d := strconv.FormatUint(n, 10)
+		for i := len(d) - 3; i > 0; i -= 3 {
+			d = d[:i] + "," + d[i:]
+		}
+		return d
+	}
+	block := func(num func(uint64) string) error {
+		st, err := s.Stats()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("\n sock0@%s:0 rxdrop xdp-drv \n%-18s %-14s %-14s %-14.2f\n", iface, "", "pps", "pkts", 1.0)
+		for _, l := range []struct {
+			label string
+			n     uint64
+		}{{"rx", st.RxFrames}, {"tx", 0}, {"rx dropped", st.Kernel.RxDropped}, {"rx invalid", 0}, {"tx invalid", 0},
+			{"rx queue full", st.Kernel.RxRingFull}, {"fill ring empty", st.Kernel.RxFillRingEmptyDescs}, {"tx ring empty", 0}} {
+			fmt.Printf("%-18s %-14s %-14s\n", l.label, "0", num(l.n))
+		}
+		fmt.Printf("\n%-18s %-14s %-14s\n", "", "calls/s", "count")
+		fmt.Printf("%-18s %-14s %-14s\n", "rx empty polls", "0", num(st.RxWakeups+st.Polls))
+		return nil
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return block(grouped)
+		case <-tick.C:
+			if err := block(func(n uint64) string { return strconv.FormatUint(n, 10) }); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// TestRunXDPSock runs an xdpsock row with a fake xdpsock: it gets the
+// arguments of the row, on the row's pair, and what it prints is the
+// row's (received, losses, system calls); the process is stopped and
+// nothing is left behind.
+func TestRunXDPSock(t *testing.T) {
+	testenv.RequireRoot(t)
+	path, argsFile := fakeXDPSock(t)
+	var boxes sandboxes
+	o := quick(childGen(t, false))
+	o.Progress = boxes.record
+	o.XDPSock = path
+	c := benchmark.Case{Table: benchmark.TableXDPSock, Kind: benchmark.RxDrop, FrameSize: 64, Placement: benchmark.OneCore,
+		NeedWakeup: true, App: benchmark.AppXDPSock}
+	rep, err := benchmark.Run(context.Background(), []benchmark.Case{c}, o)
+	require.NoError(t, err)
+	require.Len(t, rep.Results, 1)
+	r := rep.Results[0]
+	require.Empty(t, r.Error)
+	require.Equal(t, path, rep.Settings.XDPSock)
+	require.Equal(t, "rxdrop 64B one-core need_wakeup=on xdpsock", r.Name)
+
+	args, err := os.ReadFile(argsFile)
+	require.NoError(t, err)
+	require.Equal(t, "-i "+boxes.hosts[0]+" -q 0 -N -c -b 64 -x -a -r", strings.TrimSpace(string(args)))
+
+	// The fake receives for real: the row balances like any other, with
+	// the losses xdpsock reported, and its own count agrees with veth's.
+	requireSane(t, r, o.Repeat)
+	require.Positive(t, r.AppReceived, "xdpsock's own count of what it received")
+	require.InDelta(t, float64(r.Received), float64(r.AppReceived), 16, "xdpsock's count against veth's")
+	boxes.requireGone(t)
+	requireNoChildren(t)
+
+	// Without the binary, or on a pair of the caller's, such a row is
+	// refused before anything is made.
+	o.Pair = &benchmark.Pair{Host: "a", Peer: "b"}
+	_, err = benchmark.Run(context.Background(), []benchmark.Case{c}, o)
+	require.ErrorContains(t, err, "xdpsock rows run on sandbox pairs only")
+	o.Pair = nil
+	o.XDPSock = filepath.Join(t.TempDir(), "nothing")
+	_, err = benchmark.Run(context.Background(), []benchmark.Case{c}, o)
+	require.ErrorContains(t, err, "xdpsock binary")
 }

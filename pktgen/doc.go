@@ -6,5 +6,9 @@
 //
 // Send must be called from a thread inside the network namespace that owns
 // the interface (see sandbox.InNS), since the kernel resolves the ifindex
-// there. A Generator is safe for use by one goroutine at a time.
+// there. Run keeps several test runs in flight, from threads it starts in
+// the caller's namespace and CPU affinity: a test run waits for two RCU
+// grace periods unless another run of the same program is in progress
+// (see RunOptions.InFlight). A Generator is safe for use by one goroutine
+// at a time.
 package pktgen

@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
 
 	"github.com/xdpdrop/xdpdrop/gen"
 	"github.com/xdpdrop/xdpdrop/internal/frames"
@@ -106,4 +107,77 @@ func TestRunStopsAndPaces(t *testing.T) {
 
 	_, err = g.Run(context.Background(), veth.PeerIndex, f.Bytes, pktgen.RunOptions{})
 	require.ErrorIs(t, err, pktgen.ErrUnbounded)
+}
+
+// TestRunInFlight sends an exact count with several calls in flight and a
+// fixed chunk that does not divide it, from the peer's namespace, and
+// checks the totals and what Stats says about the calls and threads.
+func TestRunInFlight(t *testing.T) {
+	veth := testenv.NewVeth(t, testenv.VethOptions{})
+	var objs gen.BasicObjects
+	spec, err := gen.LoadBasic()
+	require.NoError(t, err)
+	require.NoError(t, spec.Variables[gen.BasicVarCountVerdict].Set(uint32(gen.BasicVerdictVERDICT_DROP)))
+	require.NoError(t, spec.LoadAndAssign(&objs, nil))
+	defer objs.Close()
+	l, err := link.AttachXDP(link.XDPOptions{Program: objs.XdpCount, Interface: veth.Index, Flags: link.XDPDriverMode})
+	require.NoError(t, err)
+	defer l.Close()
+
+	g, err := pktgen.New(pktgen.Options{})
+	require.NoError(t, err)
+	defer g.Close()
+	f := frames.UDP4("198.18.0.2", "198.18.0.1", 1024, 9, 18)
+	var st pktgen.Stats
+	require.NoError(t, veth.InPeerNS(func() error {
+		st, err = g.Run(context.Background(), veth.PeerIndex, f.Bytes, pktgen.RunOptions{Count: 100_000, InFlight: 3, Chunk: 7000})
+		return err
+	}))
+	require.Equal(t, uint64(100_000), st.Sent)
+	require.Equal(t, uint64(15), st.Calls, "14 calls of 7000 and one of 2000")
+	require.Equal(t, 3, st.InFlight)
+	require.Positive(t, st.CPUs)
+	require.Positive(t, st.CPU, "the sending threads' CPU time")
+	require.InDelta(t, st.BusyShare()+st.IdleShare(), 1, 1, "shares between 0 and 1")
+
+	var per []gen.BasicCounter
+	require.NoError(t, objs.Verdicts.Lookup(uint32(gen.BasicVerdictVERDICT_DROP), &per))
+	var got uint64
+	for _, c := range per {
+		got += c.Packets
+	}
+	// Three senders on two CPUs can overrun the receiving end's 256-frame
+	// ring: what does not arrive, the peer counts as dropped.
+	var dropped uint64
+	require.NoError(t, veth.InPeerNS(func() error {
+		l, err := netlink.LinkByName(veth.PeerName)
+		if err == nil && l.Attrs().Statistics != nil {
+			dropped = l.Attrs().Statistics.TxDropped
+		}
+		return err
+	}))
+	// (a few frames the pair sends by itself may be counted too)
+	require.InDelta(t, 100_000, float64(got+dropped), 16, "every frame sent arrives or is counted dropped at the peer: the threads joined the peer's namespace")
+
+	_, err = g.Run(context.Background(), veth.PeerIndex, f.Bytes, pktgen.RunOptions{Count: 1, InFlight: pktgen.MaxInFlight + 1})
+	require.ErrorContains(t, err, "calls in flight: want 1 to 16")
+}
+
+// TestStatsShares checks the busy and idle shares against hand-computed
+// figures.
+func TestStatsShares(t *testing.T) {
+	// Two threads on one CPU for 2s: 1s on the CPU, 0.5s waiting for it,
+	// so 0.5s of the CPU's time both slept.
+	s := pktgen.Stats{Elapsed: 2 * time.Second, CPU: time.Second, Runnable: 500 * time.Millisecond, InFlight: 2, CPUs: 1}
+	require.InDelta(t, 0.5, s.BusyShare(), 1e-9)
+	require.InDelta(t, 0.25, s.IdleShare(), 1e-9)
+	// Both runnable all the time: never idle.
+	s.CPU, s.Runnable = 2*time.Second, 2*time.Second
+	require.InDelta(t, 1, s.BusyShare(), 1e-9)
+	require.Zero(t, s.IdleShare())
+	// One thread on a 4-CPU machine can use one CPU.
+	s = pktgen.Stats{Elapsed: time.Second, CPU: 250 * time.Millisecond, InFlight: 1, CPUs: 4}
+	require.InDelta(t, 0.25, s.BusyShare(), 1e-9)
+	require.InDelta(t, 0.75, s.IdleShare(), 1e-9)
+	require.Zero(t, pktgen.Stats{}.IdleShare(), "nothing measured")
 }

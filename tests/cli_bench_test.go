@@ -58,7 +58,10 @@ type jsonBenchCase struct {
 	} `json:"lost"`
 	Unaccounted int64   `json:"unaccounted"`
 	OtherCPU    float64 `json:"other_cpu_pct"`
-	Error       string  `json:"error"`
+	// Pointers: present or absent is what the tests check.
+	GenIdle        *float64 `json:"generator_idle_pct"`
+	GeneratorBound *bool    `json:"generator_bound"`
+	Error          string   `json:"error"`
 }
 
 // requireSaneRow checks a row the way users read it: a rate, nothing
@@ -90,6 +93,15 @@ func requireSaneRow(t *testing.T, r jsonBenchCase, repeat int) {
 	require.Equal(t, int64(r.Sent), int64(out)+int64(lost)+r.Unaccounted, r.Name)
 	require.LessOrEqual(t, r.Unaccounted, int64(16), r.Name)
 	require.GreaterOrEqual(t, r.Unaccounted, int64(-16), r.Name)
+	require.NotNil(t, r.GeneratorBound, "%s: generator_bound is always there", r.Name)
+	if r.Kind == "txonly" {
+		require.Nil(t, r.GenIdle, "%s: no generator, no generator idle share", r.Name)
+		require.False(t, *r.GeneratorBound, r.Name)
+	} else {
+		require.NotNil(t, r.GenIdle, "%s: the generator's CPU idle share", r.Name)
+		require.GreaterOrEqual(t, *r.GenIdle, 0.0, r.Name)
+		require.LessOrEqual(t, *r.GenIdle, 100.0, r.Name)
+	}
 }
 
 func TestCLIBenchUsageErrors(t *testing.T) {
@@ -107,6 +119,10 @@ func TestCLIBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--host", "veth0"}, "--host and --peer go together"},
 		{[]string{"bench", "--peer-netns", "lab"}, "--peer-netns needs --host and --peer"},
 		{[]string{"bench", "extra"}, `unknown command "extra"`},
+		{[]string{"bench", "--xdpsock", "/nonexistent/xdpsock"}, `--xdpsock "/nonexistent/xdpsock": not an executable file`},
+		{[]string{"bench", "--xdpsock", "/tmp"}, `--xdpsock "/tmp": not an executable file`},
+		{[]string{"bench", "--tables", "xdpsock"}, "--tables xdpsock needs --xdpsock PATH"},
+		{[]string{"bench", "--xdpsock", "/bin/true", "--host", "a", "--peer", "b"}, "--xdpsock runs on sandbox pairs only"},
 		{[]string{"gen", "--iface", "x", "--engine", "dpdk"}, `--engine "dpdk": want live or xsk`},
 		{[]string{"gen", "--iface", "x", "--engine", "xsk", "--flows", "4"}, "--flows 4: the xsk engine sends one frame template"},
 	} {
@@ -154,7 +170,7 @@ func TestCLIBench(t *testing.T) {
 	out := r.stdout
 	require.Contains(t, out, "Measured with `xdpdrop bench --duration 200ms --repeat 2 --rules 1k --tables drop --warmup 100ms` on ")
 	require.Contains(t, out, "### Drop: frames dropped per second, by hook (64-byte frames)")
-	require.Contains(t, out, "| | Mpps | range (spread) | offered Mpps | sent | received | lost | other CPU |")
+	require.Contains(t, out, "| | Mpps | range (spread) | offered Mpps | gen idle | sent | received | lost | other CPU |")
 	for _, row := range []string{"TC drop (tcx ingress)", "XDP drop, generic mode", "XDP drop, native mode", "fast drop, 1k prefix rules"} {
 		require.Contains(t, out, "| "+row+" | **", row)
 	}

@@ -151,6 +151,24 @@ func TestCLIRedirectFilter(t *testing.T) {
 	}
 }
 
+// TestCLIRedirectRingSizes: the ring and UMEM sizes given on the command
+// line are the socket's (package xsk's tests check them in the kernel).
+func TestCLIRedirectRingSizes(t *testing.T) {
+	v := sandboxForCLI(t)
+	r := cli(t, "redirect", "--iface", v.Name, "--duration", "300ms", "--frames", "8192", "--fill-size", "4096",
+		"--completion-size", "256", "--rx-size", "1024", "--tx-size", "512")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "each socket: 8192 frames of 4096 B; rings: fill 4096, completion 256, rx 1024, tx 512\n")
+
+	r = cli(t, "redirect", "--iface", v.Name, "--duration", "300ms", "--shared-umem", "--frames", "2048", "--fill-size", "1024")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "each socket: 2048 frames of 4096 B; rings: fill 1024, completion 2048, rx 4096, tx 2048\n")
+
+	r = cli(t, "redirect", "--iface", v.Name, "--duration", "300ms")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "each socket: 4096 frames of 4096 B; rings: fill 4096, completion 2048, rx 4096, tx 2048\n", "the defaults")
+}
+
 func TestCLIRedirectBadInput(t *testing.T) {
 	v := sandboxForCLI(t)
 	for _, tc := range []struct {
@@ -163,6 +181,12 @@ func TestCLIRedirectBadInput(t *testing.T) {
 		{[]string{"--batch", "1000"}, "--batch 1000: want 1 to 512"},
 		{[]string{"--copy", "--zero-copy"}, "choose one"},
 		{[]string{"--wait", "nap"}, `--wait "nap"`},
+		{[]string{"--fill-size", "3000"}, "--fill-size 3000: want a power of two from 1 to 1048576"},
+		{[]string{"--rx-size", "0"}, "--rx-size 0: want a power of two"},
+		{[]string{"--tx-size", "2097152"}, "--tx-size 2097152: want a power of two from 1 to 1048576"},
+		{[]string{"--completion-size", "-4"}, "--completion-size -4: want a power of two"},
+		{[]string{"--frames", "300000"}, "--frames 300000: want 1 to 262144 per socket"},
+		{[]string{"--frames", "1024"}, "--frames 1024 is less than --fill-size 4096"},
 	} {
 		r := cli(t, append([]string{"redirect", "--iface", v.Name}, tc.args...)...)
 		requireOneLineError(t, r, 2, tc.want)

@@ -92,6 +92,8 @@ func TestCLIUsageErrors(t *testing.T) {
 		{[]string{"gen", "--iface", "x", "--flows", "70000"}, "--flows 70000: want 1 to 65536"},
 		{[]string{"gen", "--iface", "x", "--src", "1.2.3.4", "--dst", "::1"}, "use two IPv4 or two IPv6 addresses"},
 		{[]string{"gen", "--iface", "x", "--bogus"}, "unknown flag: --bogus"},
+		{[]string{"gen", "--iface", "x", "--in-flight", "0"}, "--in-flight 0: want 1 to 16"},
+		{[]string{"gen", "--iface", "x", "--chunk", "5000000000"}, "--chunk 5000000000: want at most 4294967295 frames"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			requireOneLineError(t, cli(t, tc.args...), 2, tc.want)

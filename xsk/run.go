@@ -76,7 +76,7 @@ func (s *Socket) Run(ctx context.Context, h Handler) error {
 			}
 		}
 		if s.wait == WaitPoll {
-			if err := s.poll(s.pollTimeout()); err != nil {
+			if err := s.pollBatch(); err != nil {
 				return err
 			}
 		}
@@ -125,6 +125,45 @@ func (s *Socket) idle(spinStart *time.Time) error {
 	}
 	*spinStart = time.Time{}
 	return s.poll(s.pollTimeout())
+}
+
+// rawPollWait is how long poll mode waits for frames in a raw poll() (see
+// pollRaw) before it falls back to the runtime's blocking one: longer than
+// the gaps between batches while frames flow (64 frames at 1 Mpps take
+// 64µs), short enough that an idle socket soon sleeps the ordinary way.
+// On a CPU shared with the kernel's receive work this doubled the frames
+// received (docs/BENCHMARKS.md); 1 ms did the same.
+const rawPollWait = 200 * time.Microsecond
+
+// pollBatch is poll mode's poll() before a batch, one system call per
+// batch as in xdpsock -p while frames flow. When the RX ring already shows
+// frames, poll() cannot sleep: it is made without a timeout and without
+// the eventfd (the loop checks for a stop itself), in the raw form that
+// skips the Go scheduler. An empty ring is waited for in a raw poll() of
+// up to rawPollWait (the eventfd interrupts it), and only if nothing came
+// in the ordinary blocking poll().
+func (s *Socket) pollBatch() error {
+	if s.rx.avail(1) == 0 {
+		s.c.polls.Add(1)
+		n, errno := pollRaw(s.pollFds[:], rawPollWait)
+		switch {
+		case errno != 0 && errno != unix.EINTR:
+			return fmt.Errorf("xsk: poll ifindex %d queue %d: %w", s.ifindex, s.queue, errno)
+		case s.pollFds[1].Revents != 0:
+			s.drainEventfd()
+			return nil
+		case n > 0 || errno == unix.EINTR:
+			return nil
+		}
+		return s.poll(s.pollTimeout())
+	}
+	s.c.polls.Add(1)
+	switch errno := pollNow(&s.pollNowFd); errno {
+	case 0, unix.EINTR:
+		return nil
+	default:
+		return fmt.Errorf("xsk: poll ifindex %d queue %d: %w", s.ifindex, s.queue, errno)
+	}
 }
 
 // pollTimeout is -1 (no timeout) unless frames are out for transmission:

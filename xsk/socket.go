@@ -197,6 +197,9 @@ type Socket struct {
 	relBuf   []Frame
 	txBuf    []Frame
 	pollFds  [2]unix.PollFd
+	// pollNowFd is the socket alone, for poll mode's poll() when the RX
+	// ring has frames already.
+	pollNowFd unix.PollFd
 
 	evfd    int // eventfd that interrupts a poll() in Run or Wait (Close, context)
 	evbuf   [8]byte
@@ -369,6 +372,7 @@ func Open(opts Options) (s *Socket, err error) {
 		return s, fmt.Errorf("xsk: create eventfd: %w", err)
 	}
 	s.pollFds = [2]unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}, {Fd: int32(s.evfd), Events: unix.POLLIN}}
+	s.pollNowFd = unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN}
 	s.rxBuf = make([]Frame, s.batch)
 	s.verdicts = make([]Verdict, s.batch)
 	s.relBuf = make([]Frame, 0, s.batch)
@@ -514,6 +518,25 @@ func (s *Socket) ZeroCopy() bool { return s.zeroCopy }
 
 // NeedWakeup reports whether the socket uses XDP_USE_NEED_WAKEUP.
 func (s *Socket) NeedWakeup() bool { return s.needWake }
+
+// Rings are the sizes of a socket's four rings, in entries, and the UMEM
+// frames the socket owns (of which at most Fill are lent to the kernel for
+// receiving at any time).
+type Rings struct {
+	Fill, Completion, RX, TX int
+	Frames                   int
+}
+
+// Rings returns the sizes the socket's rings were created and mapped with,
+// and its share of the UMEM's frames. Frames moves when frames move
+// between sockets sharing a UMEM: like Accounting, call it from the
+// goroutine that drives the socket (or before it runs).
+func (s *Socket) Rings() Rings {
+	return Rings{
+		Fill: int(s.fill.size), Completion: int(s.comp.size), RX: int(s.rx.size), TX: int(s.tx.size),
+		Frames: s.owned,
+	}
+}
 
 // UMEM returns the socket's UMEM.
 func (s *Socket) UMEM() *UMEM { return s.umem }

@@ -6,6 +6,7 @@ package xsk
 // UMEM. Nothing else in the package imports unsafe.
 
 import (
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -100,6 +101,38 @@ func getStatistics(fd int) (unix.XDPStatistics, int, error) {
 func wakeRX(fd int) unix.Errno {
 	_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 	return errno
+}
+
+// pollNow is ppoll(fd, 1, {0, 0}, NULL) on pfd: what poll mode asks the
+// kernel before every batch when the RX ring already shows frames (in copy
+// mode poll() also drives pending transmits). With a zero timeout it
+// cannot sleep, so the raw form is used: no scheduler hand-off, and the
+// runtime's monitor thread does not see a system call whose P it could
+// take away (which it does for one that lasts over 20µs, costing a wake-up
+// of another thread each time).
+func pollNow(pfd *unix.PollFd) unix.Errno {
+	var zero unix.Timespec
+	pfd.Revents = 0
+	_, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(pfd)), 1, uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
+	return errno
+}
+
+// pollRaw is ppoll(fds, timeout, NULL) in the raw form: the thread sleeps
+// in the kernel while keeping its P, so that when frames come it runs on
+// at once instead of first getting a P back (the blocking system call's
+// hand-off, which on a CPU shared with the kernel's receive work can take
+// longer than the RX ring lasts). Only for short waits: the runtime's
+// preemption signal interrupts it (EINTR), so neither the garbage
+// collector nor other goroutines wait for more than the runtime's
+// preemption interval, as with a goroutine that spins.
+func pollRaw(fds []unix.PollFd, timeout time.Duration) (int, unix.Errno) {
+	ts := unix.NsecToTimespec(timeout.Nanoseconds())
+	for i := range fds {
+		fds[i].Revents = 0
+	}
+	n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
+		uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	return int(n), errno
 }
 
 // wakeTX is sendto(fd, NULL, 0, MSG_DONTWAIT, NULL, 0). In copy mode the

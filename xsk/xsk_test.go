@@ -1224,3 +1224,68 @@ func TestFrameFromAnotherUMEM(t *testing.T) {
 		}
 	}
 }
+
+// TestRingSizesReachTheKernel opens a socket with four different ring
+// sizes and checks them where the kernel keeps them: a mapping of each
+// ring as long as asked works, one twice as long is refused (the kernel
+// checks a mapping against the ring it allocated), and Rings reports them.
+func TestRingSizesReachTheKernel(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	sizes := map[string]int{"fill": 4096, "completion": 1024, "rx": 512, "tx": 256}
+	s := e.open(t, xsk.Options{FillSize: sizes["fill"], CompletionSize: sizes["completion"], RxSize: sizes["rx"], TxSize: sizes["tx"],
+		Frames: 6000, UMEMOptions: xsk.UMEMOptions{FrameCount: 8192}})
+	if got, want := s.Rings(), (xsk.Rings{Fill: 4096, Completion: 1024, RX: 512, TX: 256, Frames: 6000}); got != want {
+		t.Fatalf("Rings() = %+v, want %+v", got, want)
+	}
+	for name, n := range sizes {
+		if err := xsk.MapRing(s, name, n); err != nil {
+			t.Errorf("%s ring of %d entries: %v", name, n, err)
+		}
+		if err := xsk.MapRing(s, name, 2*n); !errors.Is(err, unix.EINVAL) {
+			t.Errorf("%s ring mapped as %d entries: %v, want EINVAL (the kernel's ring is shorter)", name, 2*n, err)
+		}
+	}
+	if got := s.Accounting().Fill; got != 4096 {
+		t.Errorf("%d frames lent to the kernel, want a full fill ring of 4096", got)
+	}
+}
+
+// TestPollModePollsEveryBatch: poll mode makes a poll() before every batch
+// (xdpsock -p's loop), whether frames were waiting or not, and receives
+// every frame sent; frames already on the ring are taken without
+// sleeping.
+func TestPollModePollsEveryBatch(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	s := e.open(t, xsk.Options{Queue: 0, Wait: xsk.WaitPoll, FillSize: 4096, RxSize: 4096, Frames: 4096, UMEMOptions: xsk.UMEMOptions{FrameCount: 4096}})
+	// 3000 frames wait on the ring before the loop starts: it must drain
+	// them batch by batch, each after a poll() that finds them.
+	e.send(t, 0, 3000, e.udp(1, 2, 3, 20))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := xsk.RxDrop(ctx, s, xsk.ModeOptions{Frames: 3000}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := s.Stats()
+	if st.RxFrames < 3000 {
+		t.Fatalf("received %d of 3000 frames", st.RxFrames)
+	}
+	if st.Polls < st.RxBatches {
+		t.Errorf("%d polls for %d batches: poll mode polls before every batch", st.Polls, st.RxBatches)
+	}
+	if st.RxBatches < 3000/64 {
+		t.Errorf("%d batches for 3000 frames: more than 64 per batch", st.RxBatches)
+	}
+
+	// Frames that come while the loop waits on an empty ring (in the raw
+	// poll() first, then the blocking one) are received too.
+	sent := e.sendAsync(0, 3000, e.udp(1, 2, 3, 20))
+	if err := xsk.RxDrop(ctx, s, xsk.ModeOptions{Frames: 3000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if st2, _ := s.Stats(); st2.RxFrames-st.RxFrames < 3000 {
+		t.Errorf("received %d of 3000 frames sent while waiting", st2.RxFrames-st.RxFrames)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,7 @@ type benchFlags struct {
 	wait                                string
 	batch                               int
 	host, peer, peerNetns               string
+	xdpsock                             string
 	inProcess                           bool
 	jsonOut, quiet                      bool
 }
@@ -56,6 +58,11 @@ kernel patch series published, and prints them as Markdown tables (or JSON):
   busy_poll    AF_XDP rxdrop on one core, preferred busy polling off and
                with budgets 64, 256 and 512
   frame_size   rxdrop, txonly and l2fwd with 64 and 1500-byte frames
+  xdpsock      with --xdpsock PATH only: rxdrop and l2fwd on one core and
+               on two, by package xsk (Go) and by the xdpsock binary at
+               PATH (the kernel's AF_XDP sample in C, from bpf-examples,
+               which you build; xdpdrop ships none), side by side on the
+               same pair, its figures parsed from its output (-x -a)
 
 Every row runs on a veth pair of its own, with one end in a new network
 namespace, removed when the row ends (also on Ctrl-C); --host and --peer
@@ -65,7 +72,10 @@ pass sets each row up, warms it up for --warmup, measures it for
 --duration and removes it; --repeat passes run one after the other, so
 that other work on the machine disturbs one repeat of several rows rather
 than every repeat of one. A row gives the median rate with its range and
-spread, the rate offered to it, and every frame sent, received and lost, by
+spread, the rate offered to it, the share of the generator's CPU that sat
+idle (the generator slept while it could have sent), a mark (†) on rows
+that took everything the generator offered (generator-bound: what they
+measure could go faster), and every frame sent, received and lost, by
 cause (the veth ring, XDP_STATISTICS, the programs' counters), counted from
 the start of the traffic to its end.
 
@@ -78,7 +88,8 @@ hardware's (see docs/BENCHMARKS.md).`,
   xdpdrop bench --quick
   xdpdrop bench --tables drop --rules 10k,100k,1M --repeat 5
   xdpdrop bench --tables need_wakeup,busy_poll --duration 5s --json > afxdp.json
-  xdpdrop bench --host veth0 --peer veth1 --peer-netns lab --tables drop`,
+  xdpdrop bench --host veth0 --peer veth1 --peer-netns lab --tables drop
+  xdpdrop bench --tables need_wakeup --xdpsock ~/bpf-examples/AF_XDP-example/xdpsock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.bench(cmd, f) },
 	}
@@ -98,6 +109,7 @@ hardware's (see docs/BENCHMARKS.md).`,
 	fl.StringVar(&f.host, "host", "", "measure on this existing interface instead of a sandbox (needs --peer)")
 	fl.StringVar(&f.peer, "peer", "", "the other end of --host: traffic is sent from it")
 	fl.StringVar(&f.peerNetns, "peer-netns", "", "named network namespace (ip netns) of --peer")
+	fl.StringVar(&f.xdpsock, "xdpsock", "", "also run the xdpsock table with the xdpsock binary at this path (Go against C)")
 	fl.BoolVar(&f.inProcess, "in-process-generator", false, "run the generator inside this process (costs AF_XDP rows much of their rate)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the report as JSON")
 	fl.BoolVar(&f.quiet, "quiet", false, "no progress on stderr")
@@ -192,6 +204,16 @@ func (f *benchFlags) options(fl *pflag.FlagSet) (benchmark.Options, benchmark.Pl
 	if f.host != "" {
 		opts.Pair = &benchmark.Pair{Host: f.host, Peer: f.peer, PeerNetNS: f.peerNetns}
 	}
+	if f.xdpsock != "" {
+		fi, err := os.Stat(f.xdpsock)
+		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return opts, plan, usagef("--xdpsock %q: not an executable file (build xdpsock from bpf-examples' AF_XDP-example)", f.xdpsock)
+		}
+		if f.host != "" {
+			return opts, plan, usagef("--xdpsock runs on sandbox pairs only: drop --host and --peer (xdpsock leaves its program attached when it has to be killed)")
+		}
+		opts.XDPSock, plan.XDPSock = f.xdpsock, true
+	}
 	for _, t := range strings.Split(f.tables, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			plan.Tables = append(plan.Tables, t)
@@ -205,6 +227,9 @@ func (f *benchFlags) options(fl *pflag.FlagSet) (benchmark.Options, benchmark.Pl
 	}
 	if plan.Budgets, err = intList("--budgets", f.budgets, 1, 65535); err != nil {
 		return opts, plan, err
+	}
+	if f.xdpsock == "" && slices.Contains(plan.Tables, benchmark.TableXDPSock) {
+		return opts, plan, usagef("--tables %s needs --xdpsock PATH: the xdpsock binary to run", benchmark.TableXDPSock)
 	}
 	return opts, plan, nil
 }
@@ -307,6 +332,8 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Columns: **Mpps** what the row measures (frames dropped; received by the socket for rxdrop; arrived at the other end for "+
 		"txonly and l2fwd); **offered** the rate offered to it (the generator's frames into the receiving ring; the socket's sends for txonly); "+
+		"**gen idle** the share of the generator's CPU's time that nothing ran on it (the generator slept waiting for the kernel while it could have sent); "+
+		"rows marked † took everything the generator offered: they are generator-bound, and what they measure could go faster; "+
 		"**syscalls/frame** the AF_XDP socket's system calls per frame (what need_wakeup and busy polling change); "+
 		"**sent / received** every frame from the start of the traffic to its end, warm-up included (l2fwd: received → sent back and arrived); "+
 		"**lost** where the others went; **other CPU** the share of the machine's CPU time that other work took in the worst window "+
@@ -328,18 +355,18 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 		}
 		fmt.Fprintf(w, "\n### %s\n\n", tableTitle(t, rows))
 		if afxdp {
-			fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | syscalls/frame | sent | received | lost | other CPU |")
-			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|---|--:|")
+			fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | gen idle | syscalls/frame | sent | received | lost | other CPU |")
+			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|---|--:|")
 		} else {
-			fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | sent | received | lost | other CPU |")
-			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|---|--:|")
+			fmt.Fprintln(w, "| | Mpps | range (spread) | offered Mpps | gen idle | sent | received | lost | other CPU |")
+			fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|---|--:|")
 		}
 		for _, r := range rows {
 			label := rowLabel(r)
 			if r.Error != "" {
-				gap := "| | | | |"
+				gap := "| | | | | |"
 				if afxdp {
-					gap = "| | | | | |"
+					gap = "| | | | | | |"
 				}
 				fmt.Fprintf(w, "| %s | — %s failed: %s | |\n", label, gap, mdEscape(r.Error))
 				continue
@@ -348,11 +375,22 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 			if r.OfferedMpps.Median > 0 {
 				offered = fmt.Sprintf("%.2f", r.OfferedMpps.Median)
 			}
+			idle := "—"
+			if r.GeneratorIdlePct != nil {
+				idle = fmt.Sprintf("%.0f%%", *r.GeneratorIdlePct)
+			}
+			mark := ""
+			if r.GeneratorBound {
+				mark = " †"
+			}
 			sent := "—"
 			if r.Sent > 0 {
 				sent = count(r.Sent)
 			}
 			recv := count(r.Received)
+			if r.App == benchmark.AppXDPSock {
+				recv += fmt.Sprintf(" (xdpsock says %s)", count(r.AppReceived))
+			}
 			if r.Kind == benchmark.L2Fwd {
 				recv += " → " + count(r.Forwarded)
 			}
@@ -363,8 +401,8 @@ func writeBenchMarkdown(w io.Writer, command string, rep *benchmark.Report) erro
 					sys = fmt.Sprintf(" %.3f |", r.SyscallsPerFrame)
 				}
 			}
-			fmt.Fprintf(w, "| %s | **%.2f** | %.2f–%.2f (%.0f%%) | %s |%s %s | %s | %s | %.0f%% |\n",
-				label, r.Mpps.Median, r.Mpps.Min, r.Mpps.Max, r.Mpps.SpreadPct, offered, sys, sent, recv, lossText(r), r.OtherCPUPct)
+			fmt.Fprintf(w, "| %s | **%.2f**%s | %.2f–%.2f (%.0f%%) | %s | %s |%s %s | %s | %s | %.0f%% |\n",
+				label, r.Mpps.Median, mark, r.Mpps.Min, r.Mpps.Max, r.Mpps.SpreadPct, offered, idle, sys, sent, recv, lossText(r), r.OtherCPUPct)
 		}
 	}
 	_, err := fmt.Fprintln(w)
@@ -382,6 +420,8 @@ func tableTitle(t string, rows []benchmark.Result) string {
 		return fmt.Sprintf("AF_XDP preferred busy polling: rxdrop on one core (%d-byte frames)", size)
 	case benchmark.TableFrameSize:
 		return "AF_XDP frame size: rxdrop, txonly, l2fwd on two cores, need_wakeup on"
+	case benchmark.TableXDPSock:
+		return fmt.Sprintf("AF_XDP against xdpsock: package xsk (Go) and xdpsock (C) side by side, need_wakeup on (%d-byte frames)", size)
 	}
 	return t
 }
@@ -410,6 +450,12 @@ func rowLabel(r benchmark.Result) string {
 		return fmt.Sprintf("busy polling, budget %d", r.BusyPollBudget)
 	case benchmark.TableFrameSize:
 		return fmt.Sprintf("%s, %d B", r.Kind, r.FrameSize)
+	case benchmark.TableXDPSock:
+		app := "xsk (Go)"
+		if r.App == benchmark.AppXDPSock {
+			app = "xdpsock (C)"
+		}
+		return fmt.Sprintf("%s, %s, %s", r.Kind, place, app)
 	}
 	return r.Name
 }

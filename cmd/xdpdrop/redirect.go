@@ -31,6 +31,7 @@ type redirectFlags struct {
 	count                                                  uint64
 	jsonOut                                                bool
 	lockTimeout                                            time.Duration
+	rings                                                  ringFlags
 }
 
 // queueSample is one queue in the JSON lines of `redirect --json`.
@@ -72,7 +73,9 @@ Actions:
   count       receive, count frames per queue and per protocol, recycle
   drop        receive and recycle without reading (the rxdrop benchmark)
   pcap=FILE   write every frame to FILE (pcap, for tcpdump and Wireshark)
-  l2fwd       swap the MAC addresses and send each frame back out, no copy`,
+  l2fwd       swap the MAC addresses and send each frame back out, no copy
+
+` + ringsHelp,
 		Example: `  xdpdrop redirect --iface eth3 --queues 0-3 --action count
   xdpdrop redirect --iface eth3 --queues 2 --filter dns.rules --action pcap=dns.pcap --duration 60s
   xdpdrop redirect --iface eth3 --action l2fwd --busy-poll --budget 256 --wait spin`,
@@ -99,6 +102,7 @@ Actions:
 	fl.BoolVar(&f.jsonOut, "json", false, "print per-queue samples as JSON lines")
 	fl.StringVar(&f.metricsAddr, "metrics", "", "also serve Prometheus metrics at http://ADDR/metrics")
 	addLockTimeout(cmd, &f.lockTimeout)
+	f.rings.register(fl)
 	_ = cmd.MarkFlagRequired("iface")
 	return cmd
 }
@@ -171,6 +175,7 @@ func (f *redirectFlags) socketOptions(queue int, umem *xsk.UMEM) (xsk.Options, e
 	if umem == nil {
 		o.UMEMOptions = xsk.UMEMOptions{FrameSize: f.frameSize}
 	}
+	f.rings.apply(&o)
 	switch {
 	case f.copyMode && f.zeroCopy:
 		return o, usagef("--copy and --zero-copy: choose one")
@@ -207,6 +212,9 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 	}
 	if f.frameSize != 2048 && f.frameSize != 4096 {
 		return usagef("--frame-size %d: want 2048 or 4096", f.frameSize)
+	}
+	if err := f.rings.validate(); err != nil {
+		return err
 	}
 	act, pcapPath, _ := strings.Cut(f.action, "=")
 	switch act {
@@ -284,7 +292,7 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 
 	var umem *xsk.UMEM
 	if f.sharedUMEM {
-		if umem, err = xsk.NewUMEM(xsk.UMEMOptions{FrameSize: f.frameSize, FrameCount: 4096 * len(queues)}); err != nil {
+		if umem, err = xsk.NewUMEM(xsk.UMEMOptions{FrameSize: f.frameSize, FrameCount: f.rings.frames * len(queues)}); err != nil {
 			return err
 		}
 		defer func() { err = errors.Join(err, umem.Close()) }()
@@ -313,6 +321,7 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 		}
 		fmt.Fprintf(a.stdout, "redirecting queues %v of %s (%s mode, %s) to AF_XDP, action %s%s; Ctrl-C stops\n",
 			queues, f.iface, att.Mode(), zc, f.action, filterNote)
+		fmt.Fprintf(a.stdout, "each socket: %s\n", describeRings(socks[0].Rings(), f.frameSize))
 	}
 	if f.metricsAddr != "" {
 		col := metrics.NewXSKCollector()
