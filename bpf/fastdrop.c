@@ -23,6 +23,8 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 	 * buffers, xdp.frags, and data_end ends the first). */
 	__u32 bytes = data_end - data;
 	__u32 zero = 0, half, verdict;
+	struct xdp_md *volatile ctx_slot = ctx;
+	const struct fd_half *volatile h_slot;
 	struct fd_main *m;
 	struct fd_result r;
 
@@ -31,8 +33,11 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 		return XDP_ABORTED;
 	/* Read once: every table below comes from this half. */
 	half = *(volatile __u32 *)&m->state.active & 1;
+	h_slot = &m->half[half];
 
 	r = fd_match(&m->half[half], ctx, &bytes);
+	if (bytes & PARSE_LEN_CHECK)
+		fd_check_len(&ctx_slot, &h_slot, &bytes, &r);
 	verdict = fd_xdp_action(fd_val_action(r.val));
 
 	/* One counter per frame: its slot's action gives the verdict. */
@@ -140,8 +145,19 @@ int xdp_lpm_baseline(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 bytes = data_end - data;
-	__u32 verdict = fd_xdp_action(fd_val_action(fd_parse_then(ctx, &bytes, fd_decide_lpm, NULL).val));
+	struct xdp_md *volatile ctx_slot = ctx;
+	struct fd_result r = fd_parse_then(ctx, &bytes, fd_decide_lpm, NULL);
+	__u32 verdict;
 	struct counter *cnt;
+
+	if (bytes & PARSE_LEN_CHECK) {
+		__u32 whole = bpf_xdp_get_buff_len(ctx_slot);
+
+		if ((bytes & ~PARSE_LEN_CHECK) > whole)
+			r = fd_decide_lpm(NULL, NULL); /* malformed */
+		bytes = whole;
+	}
+	verdict = fd_xdp_action(fd_val_action(r.val));
 
 	cnt = bpf_map_lookup_elem(&fd_lpm_verdicts, &verdict);
 	if (cnt)
