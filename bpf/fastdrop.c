@@ -18,16 +18,28 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 	 * buffers, xdp.frags, and data_end ends the first). */
 	__u32 bytes = data_end - data;
 	__u32 zero = 0, half, verdict;
+	struct xdp_md *volatile ctx_slot = ctx;
+	const struct fd_half *volatile h_slot;
 	struct fd_main *m;
 	struct fd_result r;
 
 	m = bpf_map_lookup_elem(&fd_main, &zero);
 	if (!m)
 		return XDP_ABORTED;
-	/* Read once: every table below comes from this half. */
+	/* Read once: every table below comes from this half. This is the
+	 * load that pairs with user space's release store of active (the
+	 * engine's activeWord): a READ_ONCE, because clang-19 cannot emit
+	 * BPF's load-acquire (LLVM 21, Linux 6.15). It is enough: the JIT
+	 * makes it a plain load, which x86 orders before later loads, and
+	 * every later load of the half is at an address computed from it,
+	 * which arm64 and the other weakly ordered CPUs the JITs serve order
+	 * too (as rcu_dereference relies on). */
 	half = *(volatile __u32 *)&m->state.active & 1;
+	h_slot = &m->half[half];
 
 	r = fd_match(&m->half[half], ctx, &bytes);
+	if (bytes & PARSE_LEN_CHECK)
+		fd_check_len(&ctx_slot, &h_slot, &bytes, &r);
 	verdict = fd_xdp_action(fd_val_action(r.val));
 
 	/* One counter per frame: its slot's action gives the verdict. */

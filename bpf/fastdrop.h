@@ -933,11 +933,11 @@ struct fd_env {
 typedef struct fd_result (*fd_decide_fn)(const void *arg, const struct fd_pkt *p);
 
 /* fd_malformed is decide(arg, NULL) for a malformed frame, whose whole
- * length it reads into *len (see fd_parse_then). */
-static __always_inline struct fd_result fd_malformed(struct xdp_md *ctx, __u32 *len,
-						     fd_decide_fn decide, const void *arg)
+ * length the caller is to read (see fd_parse_then). */
+static __always_inline struct fd_result fd_malformed(__u32 *len, fd_decide_fn decide,
+						     const void *arg)
 {
-	*len = bpf_xdp_get_buff_len(ctx);
+	*len |= PARSE_LEN_CHECK;
 	return decide(arg, NULL);
 }
 
@@ -952,23 +952,23 @@ static __always_inline struct fd_result fd_malformed(struct xdp_md *ctx, __u32 *
  * makes meaningful are written (addresses of its family, ports when it has
  * them), and readers look at no others.
  *
- * *len comes in as the length of the frame's first buffer and goes out as
- * the whole frame's, all buffers: read (a helper call) only for frames
- * that may go on past the first buffer, that is non-IP and malformed
- * frames and IP frames whose length field reaches past it. An IP frame
- * that ends in its first buffer needs no call. */
+ * *len comes in as the length of the frame's first buffer. For a frame
+ * that may go on past it (non-IP and malformed frames, and IP frames whose
+ * length field reaches past it) it goes out with PARSE_LEN_CHECK set:
+ * the caller then reads the whole length (fd_check_len). An IP frame that
+ * ends in its first buffer needs no helper call. */
 static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 *len,
 						      fd_decide_fn decide, const void *arg)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct hdr_cursor nh = { .pos = data, .data = data, .ctx = ctx };
+	struct hdr_cursor nh = { .pos = data, .len = len };
 	struct fd_pkt p;
 	int et, proto;
 
 	et = parse_ethhdr(&nh, data_end);
 	if (et < 0)
-		return fd_malformed(ctx, len, decide, arg);
+		return fd_malformed(len, decide, arg);
 	p.ethertype = et;
 	p.nonfirst = 0;
 	p.has_ports = 0;
@@ -982,9 +982,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 
 		proto = parse_iphdr(&nh, data_end, &iph);
 		if (proto < 0)
-			return fd_malformed(ctx, len, decide, arg);
-		if (nh.len)
-			*len = nh.len;
+			return fd_malformed(len, decide, arg);
 		p.family = 4;
 		p.proto = proto;
 		p.src4 = bpf_ntohl(iph->saddr);
@@ -997,7 +995,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		p.kind = 4;
 		if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) {
 			if (fd_ports(&p, nh.pos, data_end) < 0)
-				return fd_malformed(ctx, len, decide, arg);
+				return fd_malformed(len, decide, arg);
 			return decide(arg, &p);
 		}
 		return decide(arg, &p);
@@ -1007,14 +1005,12 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 
 		proto = parse_ip6hdr(&nh, data_end, &ip6h);
 		if (proto < 0)
-			return fd_malformed(ctx, len, decide, arg);
-		if (nh.len)
-			*len = nh.len;
+			return fd_malformed(len, decide, arg);
 		__builtin_memcpy(p.src6, &ip6h->saddr, 16);
 		__builtin_memcpy(p.dst6, &ip6h->daddr, 16);
 		proto = skip_ip6hdrext(&nh, data_end, proto, &p.nonfirst);
 		if (proto < 0)
-			return fd_malformed(ctx, len, decide, arg);
+			return fd_malformed(len, decide, arg);
 		p.family = 6;
 		p.proto = proto;
 		p.src4 = 0;
@@ -1026,13 +1022,13 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		p.kind = 8;
 		if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) {
 			if (fd_ports(&p, nh.pos, data_end) < 0)
-				return fd_malformed(ctx, len, decide, arg);
+				return fd_malformed(len, decide, arg);
 			return decide(arg, &p);
 		}
 		return decide(arg, &p);
 	}
 	/* Not IP: nothing says how long the frame is but the frame. */
-	*len = bpf_xdp_get_buff_len(ctx);
+	*len |= PARSE_LEN_CHECK;
 	p.family = 0;
 	p.kind = 0;
 	p.proto = 0;
@@ -1102,6 +1098,25 @@ static __always_inline struct fd_result fd_match(const struct fd_half *h, struct
 	struct fd_env env = { .h = h };
 
 	return fd_parse_then(ctx, len, fd_decide, &env);
+}
+
+/* fd_check_len finishes a frame that fd_match flagged with
+ * PARSE_LEN_CHECK in *len: reads its whole length into *len and, if that
+ * is shorter than its IP length field needs, makes it malformed under h's
+ * configuration. ctx and h come from stack slots: kept in registers
+ * through the match they would cost every frame spills. */
+static __always_inline void fd_check_len(struct xdp_md *volatile *ctx,
+					 const struct fd_half *volatile *h, __u32 *len,
+					 struct fd_result *r)
+{
+	__u32 whole = bpf_xdp_get_buff_len(*ctx);
+
+	if ((*len & ~PARSE_LEN_CHECK) > whole) {
+		struct fd_env env = { .h = *h };
+
+		*r = fd_decide(&env, NULL);
+	}
+	*len = whole;
 }
 
 static __always_inline __u32 fd_val_action(__u32 val)

@@ -71,8 +71,19 @@ int xdp_lpm_baseline(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 bytes = data_end - data;
-	__u32 verdict = fd_xdp_action(fd_val_action(fd_parse_then(ctx, &bytes, fd_decide_lpm, NULL).val));
+	struct xdp_md *volatile ctx_slot = ctx;
+	struct fd_result r = fd_parse_then(ctx, &bytes, fd_decide_lpm, NULL);
+	__u32 verdict;
 	struct counter *cnt;
+
+	if (bytes & PARSE_LEN_CHECK) {
+		__u32 whole = bpf_xdp_get_buff_len(ctx_slot);
+
+		if ((bytes & ~PARSE_LEN_CHECK) > whole)
+			r = fd_decide_lpm(NULL, NULL); /* malformed */
+		bytes = whole;
+	}
+	verdict = fd_xdp_action(fd_val_action(r.val));
 
 	cnt = bpf_map_lookup_elem(&fd_lpm_verdicts, &verdict);
 	if (cnt)

@@ -26,26 +26,38 @@
 #define PARSE_MAX_VLAN 2
 #define PARSE_MAX_IPV6_EXT 4
 
+/* Multi-buffer frames: set in *hdr_cursor.len by a parser that could not
+ * check a length against the first buffer alone (see frame_beyond). */
+#define PARSE_LEN_CHECK (1u << 31)
+
 /* pos is where the next header starts. Headers are read only before
  * data_end, the end of the frame's first buffer (its linear part); length
  * fields are checked against the whole frame, which in a multi-buffer
- * frame (xdp.frags) goes on beyond data_end. Reading the whole length is a
- * helper call (a few ns), so it is read only when a length field reaches
- * past the first buffer; len keeps it (0: not read, the frame's length is
- * then data_end - data as far as the parser knows). */
+ * frame (xdp.frags) goes on beyond data_end. *len comes in as the first
+ * buffer's length. Reading the whole length is a helper call (a few ns
+ * here), and a call in the parser makes clang spill the parser's values on
+ * every frame's path, so the parser makes none: a length field that
+ * reaches past the first buffer sets PARSE_LEN_CHECK in *len with the
+ * length the frame needs (frame_beyond), and the caller, after deciding,
+ * reads the whole length and judges the frame malformed if it falls short. */
 struct hdr_cursor {
 	void *pos;
-	void *data;         /* the frame's first byte */
-	struct xdp_md *ctx; /* for bpf_xdp_get_buff_len */
-	__u32 len;          /* the whole frame's length, once read; else 0 */
+	__u32 *len;
 };
 
-/* frame_holds reports whether n bytes from the cursor lie within the whole
- * frame, all buffers; the caller has found that they reach past the first. */
-static __always_inline int frame_holds(struct hdr_cursor *nh, __u32 n)
+/* frame_beyond records that n bytes from the cursor reach past the first
+ * buffer, which ends at data_end: the frame must be (first buffer) +
+ * (the excess) bytes long. */
+static __always_inline void frame_beyond(struct hdr_cursor *nh, void *data_end, __u32 n)
 {
-	nh->len = bpf_xdp_get_buff_len(nh->ctx);
-	return (__u32)(nh->pos - nh->data) + n <= nh->len;
+	__u32 first = *nh->len & ~PARSE_LEN_CHECK;
+	/* pos - data_end as a 64-bit difference of pointers (a scalar):
+	 * left to itself clang computes the 32-bit sum on the pointers,
+	 * which the verifier refuses. */
+	long back = nh->pos - data_end;
+
+	asm volatile("" : "+r"(back));
+	*nh->len = (first + (__u32)(back + n)) | PARSE_LEN_CHECK;
 }
 
 struct vlan_hdr {
@@ -126,8 +138,8 @@ static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
 	tot = bpf_ntohs(iph->tot_len);
 	if (tot < hdrsize)
 		return -1;
-	if (nh->pos + tot > data_end && !frame_holds(nh, tot))
-		return -1;
+	if (nh->pos + tot > data_end)
+		frame_beyond(nh, data_end, tot);
 	nh->pos += hdrsize;
 	*iphdr = iph;
 	return iph->protocol;
@@ -145,9 +157,8 @@ static __always_inline int parse_ip6hdr(struct hdr_cursor *nh, void *data_end,
 		return -1;
 	if (ip6h->version != 6)
 		return -1;
-	if ((void *)(ip6h + 1) + bpf_ntohs(ip6h->payload_len) > data_end &&
-	    !frame_holds(nh, sizeof(*ip6h) + bpf_ntohs(ip6h->payload_len)))
-		return -1;
+	if ((void *)(ip6h + 1) + bpf_ntohs(ip6h->payload_len) > data_end)
+		frame_beyond(nh, data_end, sizeof(*ip6h) + bpf_ntohs(ip6h->payload_len));
 	nh->pos = ip6h + 1;
 	*ip6hdr = ip6h;
 	return ip6h->nexthdr;

@@ -261,7 +261,8 @@ func TestCLITestPcapngInterfaces(t *testing.T) {
 
 	r := cli(t, "test", "--rules", rules, "--pcap", p)
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Contains(t, r.stdout, "2 frames skipped: not Ethernet (not Ethernet: interface 1 (any) has link type Linux SLL)")
+	require.Contains(t, r.stdout, "2 frames skipped as not Ethernet (the first at record 2: interface 1 (any) has link type Linux SLL)")
+	require.Contains(t, r.stdout, "not Ethernet: interface 1 (any) has link type Linux SLL")
 
 	// Only records that are not Ethernet: refused, as a pcap of -i any is.
 	p = filepath.Join(t.TempDir(), "sll.pcapng")
@@ -273,7 +274,7 @@ func TestCLITestPcapngInterfaces(t *testing.T) {
 	require.NoError(t, w.Flush())
 	require.NoError(t, f.Close())
 	r = cli(t, "test", "--rules", rules, "--pcap", p)
-	requireOneLineError(t, r, 1, "no Ethernet frame in it")
+	requireOneLineError(t, r, 1, "no Ethernet frame in it (record 1: interface 0 (any) has link type Linux SLL)")
 	require.Contains(t, r.stderr, "want Ethernet")
 }
 

@@ -106,7 +106,7 @@ type capRecord struct {
 	data   []byte
 	ts     time.Time
 	length int    // on the wire; more than len(data) when the snap length cut it
-	link   string // "" for Ethernet, else why the frame is not read
+	link   string // "" for Ethernet, else its interface and link type
 }
 
 // openCapture opens a pcap or pcapng file of Ethernet frames. A pcap file
@@ -140,12 +140,16 @@ func openCapture(path string) (next func() (capRecord, error), closer io.Closer,
 				return capRecord{}, err
 			}
 			rec := capRecord{data: data, ts: ci.Timestamp, length: ci.Length}
-			if lt, _ := ci.AncillaryData[0].(layers.LinkType); lt != layers.LinkTypeEthernet {
+			var lt layers.LinkType
+			if len(ci.AncillaryData) > 0 {
+				lt, _ = ci.AncillaryData[0].(layers.LinkType)
+			}
+			if lt != layers.LinkTypeEthernet {
 				name := ""
 				if ifc, err := r.Interface(ci.InterfaceIndex); err == nil && ifc.Name != "" {
 					name = " (" + ifc.Name + ")"
 				}
-				rec.link = fmt.Sprintf("not Ethernet: interface %d%s has link type %s", ci.InterfaceIndex, name, lt)
+				rec.link = fmt.Sprintf("interface %d%s has link type %s", ci.InterfaceIndex, name, lt)
 			}
 			return rec, nil
 		}
@@ -191,7 +195,7 @@ func (a *app) test(rulesPath, capture string, jsonOut, summaryOnly bool) error {
 	if !summaryOnly {
 		rep.Frames = []testFrame{} // an empty capture has an empty list
 	}
-	var firstLink string // the first record skipped as not Ethernet
+	var firstLink string // the first record skipped as not Ethernet, and why
 	hits := make([]int, len(rs.Rules))
 	perFrame := !jsonOut && !summaryOnly
 	tw := table(a.stdout)
@@ -214,10 +218,10 @@ func (a *app) test(rulesPath, capture string, jsonOut, summaryOnly bool) error {
 		var res fastdrop.Result
 		switch {
 		case rec.link != "":
-			err = errors.New(rec.link)
+			err = errors.New("not Ethernet: " + rec.link)
 			rep.Summary.NotEthernet++
 			if firstLink == "" {
-				firstLink = rec.link
+				firstLink = fmt.Sprintf("record %d: %s", i, rec.link)
 			}
 		case cut:
 			rep.Summary.Cut++
@@ -299,7 +303,7 @@ func (a *app) test(rulesPath, capture string, jsonOut, summaryOnly bool) error {
 			s.Cut, plural(s.Cut, "frame was", "frames were"), s.Cut-s.CutHeaders, s.CutHeaders)
 	}
 	if s.NotEthernet > 0 {
-		fmt.Fprintf(a.stdout, "%d %s skipped: not Ethernet (%s)\n", s.NotEthernet, plural(s.NotEthernet, "frame", "frames"), firstLink)
+		fmt.Fprintf(a.stdout, "%d %s skipped as not Ethernet (the first at %s)\n", s.NotEthernet, plural(s.NotEthernet, "frame", "frames"), firstLink)
 	}
 	t := table(a.stdout)
 	fmt.Fprintln(t, "#\tRULE\tFRAMES")
