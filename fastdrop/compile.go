@@ -173,7 +173,7 @@ func validateRules(rules []Rule, policy, malformed Action) error {
 		go func() {
 			defer wg.Done()
 			for i := lo; i < hi; i++ {
-				if err := rules[i].Validate(); err != nil {
+				if err := rules[i].validate(); err != nil {
 					firstBad[w], errs[w] = i, err
 					return
 				}
