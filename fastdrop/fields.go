@@ -1,6 +1,7 @@
 package fastdrop
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -10,10 +11,11 @@ import (
 
 // matchField describes one match field of the rule language: how the
 // parser reads it, how Rule.String writes it, what Rule.Validate checks
-// about it, and how the model matches it. matchFields holds one per field;
-// the parser, String, Validate, needsIP, IsPrefixOnly and the model loop
-// over it, so a new field is a new entry (and the C read of its bytes, and
-// tests and docs: see doc.go).
+// about it, how the model matches it and how a rule record keeps it.
+// matchFields holds one per field; the parser, String, Validate, needsIP,
+// IsPrefixOnly, the model and encodeRecord/decodeRecordInto loop over it,
+// so a new field is a new entry (and the C read of its bytes, its
+// classifier, tests and docs: see doc.go).
 type matchField struct {
 	// name is the keyword, also the field's name in messages.
 	name string
@@ -58,6 +60,25 @@ type matchField struct {
 	checkZero bool
 	// match reports whether pkt matches r's field, which is set.
 	match func(r *Rule, pkt *packet) bool
+	// recFlag is the field's FD_REC_* bit in fd_rule_rec.flags: encode
+	// runs and sets it if the field is set, decode runs if it is set. 0:
+	// the record's value says itself whether the field is set (ether: 0),
+	// and encode and decode always run.
+	recFlag uint8
+	// rec names the members of struct fd_rule_rec that hold the value,
+	// at their offsets and widths (TestRecordLayout checks them against
+	// the BTF of the object).
+	rec []recMember
+	// encode writes the field of r into the record b; decode reads it
+	// back into r.
+	encode func(b []byte, r *Rule)
+	decode func(b []byte, r *Rule)
+}
+
+// recMember is a member of struct fd_rule_rec: its name, offset and width.
+type recMember struct {
+	name       string
+	off, width int
 }
 
 // storeKind is the Go type of a field in Rule, and so what zero means.
@@ -77,8 +98,8 @@ var matchFields [7]matchField
 
 func init() {
 	matchFields = [...]matchField{
-		prefixField("src", unsafe.Offsetof(Rule{}.Src), func(r *Rule) *netip.Prefix { return &r.Src }, func(p *packet) netip.Addr { return p.src }, 2),
-		prefixField("dst", unsafe.Offsetof(Rule{}.Dst), func(r *Rule) *netip.Prefix { return &r.Dst }, func(p *packet) netip.Addr { return p.dst }, 4),
+		prefixField("src", unsafe.Offsetof(Rule{}.Src), recPlace{recFlagSrc, recSrcLen, recSrc}, func(r *Rule) *netip.Prefix { return &r.Src }, func(p *packet) netip.Addr { return p.src }, 2),
+		prefixField("dst", unsafe.Offsetof(Rule{}.Dst), recPlace{recFlagDst, recDstLen, recDst}, func(r *Rule) *netip.Prefix { return &r.Dst }, func(p *packet) netip.Addr { return p.dst }, 4),
 		{
 			name:     "proto",
 			examples: []string{"drop tcp", "pass proto 47", "drop ether ipv6 icmpv6", "drop proto 44 src 2001:db8::/32 frag"},
@@ -112,10 +133,14 @@ func init() {
 				}
 				return nil
 			},
-			match: func(r *Rule, pkt *packet) bool { return pkt.isIP && r.Proto == pkt.proto },
+			match:   func(r *Rule, pkt *packet) bool { return pkt.isIP && r.Proto == pkt.proto },
+			recFlag: recFlagProto,
+			rec:     []recMember{{"proto", recProto, 1}},
+			encode:  func(b []byte, r *Rule) { b[recProto] = r.Proto },
+			decode:  func(b []byte, r *Rule) { r.Proto, r.HasProto = b[recProto], true },
 		},
-		portField("sport", unsafe.Offsetof(Rule{}.SrcPort), func(r *Rule) **PortRange { return &r.SrcPort }, func(p *packet) uint16 { return p.sport }, 3),
-		portField("dport", unsafe.Offsetof(Rule{}.DstPort), func(r *Rule) **PortRange { return &r.DstPort }, func(p *packet) uint16 { return p.dport }, 5),
+		portField("sport", unsafe.Offsetof(Rule{}.SrcPort), recPlace{flag: recFlagSport, val: recSport}, func(r *Rule) **PortRange { return &r.SrcPort }, func(p *packet) uint16 { return p.sport }, 3),
+		portField("dport", unsafe.Offsetof(Rule{}.DstPort), recPlace{flag: recFlagDport, val: recDport}, func(r *Rule) **PortRange { return &r.DstPort }, func(p *packet) uint16 { return p.dport }, 5),
 		{
 			name:     "ether",
 			examples: []string{"drop ether arp", "pass ether 0x1234", "drop ether ipv4 udp dst 10.0.0.0/8"},
@@ -148,7 +173,10 @@ func init() {
 				}
 				return nil
 			},
-			match: func(r *Rule, pkt *packet) bool { return r.EtherType == pkt.etherType },
+			match:  func(r *Rule, pkt *packet) bool { return r.EtherType == pkt.etherType },
+			rec:    []recMember{{"ether", recEther, 2}},
+			encode: func(b []byte, r *Rule) { binary.LittleEndian.PutUint16(b[recEther:], r.EtherType) },
+			decode: func(b []byte, r *Rule) { r.EtherType = binary.LittleEndian.Uint16(b[recEther:]) },
 		},
 		{
 			name:     "frag",
@@ -161,13 +189,16 @@ func init() {
 			textPos:  6,
 			ip:       true,
 			match:    func(_ *Rule, pkt *packet) bool { return pkt.isIP && pkt.fragment },
+			recFlag:  recFlagFrag,
+			encode:   func([]byte, *Rule) {},
+			decode:   func(_ []byte, r *Rule) { r.Fragment = true },
 		},
 	}
 }
 
 // prefixField is the entry of an address field, src or dst: a prefix,
 // IPv4 or IPv6, matched against the frame's address that addr returns.
-func prefixField(name string, at uintptr, get func(*Rule) *netip.Prefix, addr func(*packet) netip.Addr, textPos int) matchField {
+func prefixField(name string, at uintptr, rf recPlace, get func(*Rule) *netip.Prefix, addr func(*packet) netip.Addr, textPos int) matchField {
 	return matchField{
 		name:     name,
 		examples: []string{"drop " + name + " 192.0.2.0/24", "pass tcp " + name + " 2001:db8::1/128", "drop " + name + " 0.0.0.0/0 frag"},
@@ -207,13 +238,45 @@ func prefixField(name string, at uintptr, get func(*Rule) *netip.Prefix, addr fu
 			}
 			return nil
 		},
-		match: func(r *Rule, pkt *packet) bool { return pkt.isIP && get(r).Contains(addr(pkt)) },
+		match:   func(r *Rule, pkt *packet) bool { return pkt.isIP && get(r).Contains(addr(pkt)) },
+		recFlag: rf.flag,
+		rec:     []recMember{{name + "_len", rf.len, 1}, {"family", recFamily, 1}, {name, rf.val, 16}},
+		encode: func(b []byte, r *Rule) {
+			p := *get(r)
+			b[rf.len] = uint8(p.Bits())
+			if p.Addr().Is4() {
+				b[recFamily] = 4
+				a := p.Addr().As4()
+				copy(b[rf.val:], a[:])
+			} else {
+				b[recFamily] = 6
+				a := p.Addr().As16()
+				copy(b[rf.val:], a[:])
+			}
+		},
+		// The family is the record's, which both prefixes share.
+		decode: func(b []byte, r *Rule) {
+			var a netip.Addr
+			if b[recFamily] == 4 {
+				a = netip.AddrFrom4([4]byte(b[rf.val : rf.val+4]))
+			} else {
+				a = netip.AddrFrom16([16]byte(b[rf.val : rf.val+16]))
+			}
+			*get(r) = netip.PrefixFrom(a, int(b[rf.len]))
+		},
 	}
+}
+
+// recPlace is where a field is in struct fd_rule_rec: its flag, and the
+// offsets of its prefix length (address fields) and of its value.
+type recPlace struct {
+	flag     uint8
+	len, val int
 }
 
 // portField is the entry of a port field, sport or dport: a port or an
 // inclusive range, of TCP or UDP.
-func portField(name string, at uintptr, get func(*Rule) **PortRange, port func(*packet) uint16, textPos int) matchField {
+func portField(name string, at uintptr, rf recPlace, get func(*Rule) **PortRange, port func(*packet) uint16, textPos int) matchField {
 	return matchField{
 		name:     name,
 		examples: []string{"drop udp " + name + " 53", "pass tcp " + name + " 1024-65535", "drop udp " + name + " 0"},
@@ -247,7 +310,17 @@ func portField(name string, at uintptr, get func(*Rule) **PortRange, port func(*
 			}
 			return nil
 		},
-		match: func(r *Rule, pkt *packet) bool { return pkt.hasPorts && (*get(r)).Contains(port(pkt)) },
+		match:   func(r *Rule, pkt *packet) bool { return pkt.hasPorts && (*get(r)).Contains(port(pkt)) },
+		recFlag: rf.flag,
+		rec:     []recMember{{name + "_lo", rf.val, 2}, {name + "_hi", rf.val + 2, 2}},
+		encode: func(b []byte, r *Rule) {
+			p := *get(r)
+			binary.LittleEndian.PutUint16(b[rf.val:], p.Lo)
+			binary.LittleEndian.PutUint16(b[rf.val+2:], p.Hi)
+		},
+		decode: func(b []byte, r *Rule) {
+			*get(r) = &PortRange{Lo: binary.LittleEndian.Uint16(b[rf.val:]), Hi: binary.LittleEndian.Uint16(b[rf.val+2:])}
+		},
 	}
 }
 
