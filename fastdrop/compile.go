@@ -173,7 +173,7 @@ func validateRules(rules []Rule, policy, malformed Action) error {
 		go func() {
 			defer wg.Done()
 			for i := lo; i < hi; i++ {
-				if err := rules[i].Validate(); err != nil {
+				if err := rules[i].validate(); err != nil {
 					firstBad[w], errs[w] = i, err
 					return
 				}
@@ -249,57 +249,21 @@ func recLive(added, removed, g uint32) bool {
 	return int32(g-added) >= 0 && (removed == 0 || int32(removed-g) > 0)
 }
 
-// encodeRecord writes r into b (recSize bytes).
+// encodeRecord writes r into b (recSize bytes): each match field as its
+// matchFields entry says, then what every record has.
 func encodeRecord(b []byte, r *Rule, order, added, removed uint32) {
 	clear(b[:recSize])
 	le := binary.LittleEndian
 	b[recAction] = uint8(r.Action)
 	var flags uint8
-	if r.Src.IsValid() {
-		flags |= recFlagSrc
-		b[recSrcLen] = uint8(r.Src.Bits())
-		a := r.Src.Addr().As16()
-		if r.Src.Addr().Is4() {
-			b[recFamily] = 4
-			a4 := r.Src.Addr().As4()
-			copy(b[recSrc:], a4[:])
-		} else {
-			b[recFamily] = 6
-			copy(b[recSrc:], a[:])
+	for i := range matchFields {
+		f := &matchFields[i]
+		if f.recFlag == 0 || f.isSet(r) {
+			flags |= f.recFlag
+			f.encode(b, r)
 		}
-	}
-	if r.Dst.IsValid() {
-		flags |= recFlagDst
-		b[recDstLen] = uint8(r.Dst.Bits())
-		if r.Dst.Addr().Is4() {
-			b[recFamily] = 4
-			a4 := r.Dst.Addr().As4()
-			copy(b[recDst:], a4[:])
-		} else {
-			b[recFamily] = 6
-			a := r.Dst.Addr().As16()
-			copy(b[recDst:], a[:])
-		}
-	}
-	if r.HasProto {
-		flags |= recFlagProto
-		b[recProto] = r.Proto
-	}
-	if r.SrcPort != nil {
-		flags |= recFlagSport
-		le.PutUint16(b[recSport:], r.SrcPort.Lo)
-		le.PutUint16(b[recSport+2:], r.SrcPort.Hi)
-	}
-	if r.DstPort != nil {
-		flags |= recFlagDport
-		le.PutUint16(b[recDport:], r.DstPort.Lo)
-		le.PutUint16(b[recDport+2:], r.DstPort.Hi)
-	}
-	if r.Fragment {
-		flags |= recFlagFrag
 	}
 	b[recFlags] = flags
-	le.PutUint16(b[recEther:], r.EtherType)
 	le.PutUint32(b[recLine:], uint32(max(r.Line, 0)))
 	le.PutUint32(b[recOrder:], order)
 	le.PutUint32(b[recAdded:], added)
@@ -323,33 +287,11 @@ func decodeRecordInto(b []byte, r *Rule) (order uint32) {
 	le := binary.LittleEndian
 	r.Action = Action(b[recAction])
 	flags := b[recFlags]
-	prefix := func(off int, bits uint8) netip.Prefix {
-		var a netip.Addr
-		if b[recFamily] == 4 {
-			a = netip.AddrFrom4([4]byte(b[off : off+4]))
-		} else {
-			a = netip.AddrFrom16([16]byte(b[off : off+16]))
+	for i := range matchFields {
+		if f := &matchFields[i]; f.recFlag == 0 || flags&f.recFlag != 0 {
+			f.decode(b, r)
 		}
-		return netip.PrefixFrom(a, int(bits))
 	}
-	if flags&recFlagSrc != 0 {
-		r.Src = prefix(recSrc, b[recSrcLen])
-	}
-	if flags&recFlagDst != 0 {
-		r.Dst = prefix(recDst, b[recDstLen])
-	}
-	if flags&recFlagProto != 0 {
-		r.HasProto = true
-		r.Proto = b[recProto]
-	}
-	if flags&recFlagSport != 0 {
-		r.SrcPort = &PortRange{Lo: le.Uint16(b[recSport:]), Hi: le.Uint16(b[recSport+2:])}
-	}
-	if flags&recFlagDport != 0 {
-		r.DstPort = &PortRange{Lo: le.Uint16(b[recDport:]), Hi: le.Uint16(b[recDport+2:])}
-	}
-	r.Fragment = flags&recFlagFrag != 0
-	r.EtherType = le.Uint16(b[recEther:])
 	r.Line = int(le.Uint32(b[recLine:]))
 	return le.Uint32(b[recOrder:])
 }

@@ -2,6 +2,7 @@ package fastdrop
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"sync/atomic"
 	"unsafe"
@@ -128,4 +129,31 @@ func (w *activeWord) close() error {
 	err := unix.Munmap(w.b)
 	w.b = nil
 	return err
+}
+
+// isSet reports whether r matches on the field f (a zero field matches
+// anything). It reads the field at its offset in Rule (see
+// matchField.at): r does not escape, so the callers, which run per rule
+// over millions of rules, allocate nothing.
+func (f *matchField) isSet(r *Rule) bool {
+	p := unsafe.Add(unsafe.Pointer(r), f.at)
+	switch f.store {
+	case storePrefix:
+		return (*netip.Prefix)(p).IsValid()
+	case storeRange:
+		return *(**PortRange)(p) != nil
+	case storeU16:
+		return *(*uint16)(p) != 0
+	case storeBool:
+		return *(*bool)(p)
+	}
+	panic("fastdrop: match field " + f.name + " has no store kind")
+}
+
+// prefixOf returns the prefix of r's address field f (store storePrefix).
+func (f *matchField) prefixOf(r *Rule) *netip.Prefix {
+	if f.store != storePrefix {
+		panic("fastdrop: match field " + f.name + " is not a prefix")
+	}
+	return (*netip.Prefix)(unsafe.Add(unsafe.Pointer(r), f.at))
 }

@@ -11,4 +11,29 @@
 //
 // [Model] is a plain Go implementation of exactly these semantics. It is
 // the oracle the kernel program is tested against, not a fast path.
+//
+// # Match fields
+//
+// Each match field (src, dst, proto, sport, dport, ether, frag) is one
+// entry of matchFields in fields.go: its keyword and aliases, how its value
+// is parsed and printed, where it sits in [Rule] (offset and store kind),
+// what [Rule.Validate] checks about it, how the model matches it, and how
+// it is kept in a rule record (its FD_REC_* flag and the members of struct
+// fd_rule_rec it uses). The parser's keywords, [Rule.String],
+// [Rule.Validate], [Rule.IsPrefixOnly], the model and the record encoding
+// all loop over that table. To add a field:
+//
+//   - add its Go field to [Rule] and its entry to matchFields, with
+//     examples, which TestMatchFields parses, prints and round-trips and
+//     TestRecordLayout sends through a record (a value kind that is new
+//     needs a storeKind and a case in matchField.isSet);
+//   - give it room in struct fd_rule_rec and an FD_REC_* flag in
+//     bpf/fastdrop.h (TestRecordLayout checks the entry's offsets against
+//     the object's BTF; raise FD_LAYOUT_VERSION);
+//   - read its bytes in the C frame parser (fd_pkt) and in the model's
+//     parseFrame;
+//   - compile its classifier table: not yet table-driven (compileCompound
+//     and kindAllows in compile.go, enum fd_field and its tables in
+//     bpf/fastdrop.h);
+//   - add tests and document it in docs/RULES.md.
 package fastdrop

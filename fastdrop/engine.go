@@ -856,7 +856,7 @@ func (e *Engine) check(p *plan) error {
 		}
 		for _, i := range p.added {
 			r := &p.rules[i]
-			if err := r.Validate(); err != nil {
+			if err := r.validate(); err != nil {
 				return fmt.Errorf("rule %s: %w", ruleWhere(*r), err)
 			}
 			if !r.IsPrefixOnly() {

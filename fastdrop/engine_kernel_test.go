@@ -7,11 +7,13 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 
 	"github.com/xdpdrop/xdpdrop/gen"
 	"github.com/xdpdrop/xdpdrop/internal/frames"
@@ -567,6 +569,55 @@ func TestRecordLayout(t *testing.T) {
 	}
 	if n := binary.Size(gen.FastdropFdV6Ent{}); n != v6EntSize {
 		t.Errorf("struct fd_v6_ent is %d bytes, want %d", n, v6EntSize)
+	}
+
+	// Each match field's members of the record, as its table entry has
+	// them, are where the object's BTF has them.
+	spec, err := gen.LoadFastdrop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st *btf.Struct
+	if err := spec.Types.TypeByName("fd_rule_rec", &st); err != nil {
+		t.Fatal(err)
+	}
+	members := map[string]btf.Member{}
+	for _, m := range st.Members {
+		members[m.Name] = m
+	}
+	for i := range matchFields {
+		f := &matchFields[i]
+		if f.encode == nil || f.decode == nil {
+			t.Errorf("%s: no record encoding", f.name)
+		}
+		if f.recFlag == 0 && len(f.rec) == 0 {
+			t.Errorf("%s: neither a flag nor members in the record", f.name)
+		}
+		for _, rm := range f.rec {
+			m, ok := members[rm.name]
+			if !ok {
+				t.Errorf("%s: struct fd_rule_rec has no member %s", f.name, rm.name)
+				continue
+			}
+			size, err := btf.Sizeof(m.Type)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int(m.Offset.Bytes()) != rm.off || size != rm.width {
+				t.Errorf("%s: fd_rule_rec.%s is %d bytes at %d, the table says %d at %d", f.name, rm.name, size, m.Offset.Bytes(), rm.width, rm.off)
+			}
+		}
+		// Each field's examples survive the record.
+		for _, ex := range f.examples {
+			r := kParse(t, ex).Rules[0]
+			var b [recSize]byte
+			encodeRecord(b[:], &r, 1, 2, 0)
+			back, _, _, _, _ := decodeRecord(b[:])
+			back.Line = r.Line
+			if !reflect.DeepEqual(back, r) {
+				t.Errorf("%s: %q comes back from the record as %q", f.name, ex, back.String())
+			}
+		}
 	}
 }
 

@@ -129,26 +129,10 @@ func (m *Model) longestPrefix(a netip.Addr) (int, bool) {
 // matches reports whether the compound rule r matches pkt: every field that
 // is set must match.
 func matches(r *Rule, pkt *packet) bool {
-	if r.EtherType != 0 && r.EtherType != pkt.etherType {
-		return false
-	}
-	if r.Src.IsValid() && !(pkt.isIP && r.Src.Contains(pkt.src)) {
-		return false
-	}
-	if r.Dst.IsValid() && !(pkt.isIP && r.Dst.Contains(pkt.dst)) {
-		return false
-	}
-	if r.HasProto && !(pkt.isIP && r.Proto == pkt.proto) {
-		return false
-	}
-	if r.SrcPort != nil && !(pkt.hasPorts && r.SrcPort.Contains(pkt.sport)) {
-		return false
-	}
-	if r.DstPort != nil && !(pkt.hasPorts && r.DstPort.Contains(pkt.dport)) {
-		return false
-	}
-	if r.Fragment && !(pkt.isIP && pkt.fragment) {
-		return false
+	for i := range matchFields {
+		if f := &matchFields[i]; f.isSet(r) && !f.match(r, pkt) {
+			return false
+		}
 	}
 	return true
 }

@@ -74,10 +74,7 @@ func PrefixRules(action Action, prefixes []netip.Prefix) []Rule {
 	return rules
 }
 
-const (
-	wantFields = "want src, dst, proto, sport, dport, ether, frag, or tcp, udp, icmp, icmpv6"
-	wantAction = "want drop, pass or redirect, or a policy or malformed line"
-)
+const wantAction = "want drop, pass or redirect, or a policy or malformed line"
 
 // clipped is a piece of a rule file quoted in an error message. It prints
 // (with %s or %q) at most clipLen bytes of it and then its length, so that
@@ -181,7 +178,7 @@ func parseString(s, name string) (*RuleSet, error) {
 		if perr := p.rule(r); perr != nil {
 			return nil, perr
 		}
-		if err := r.Validate(); err != nil {
+		if err := r.validate(); err != nil {
 			return nil, p.errorf("%s", err.Error())
 		}
 		if r.IsPrefixOnly() {
@@ -366,121 +363,46 @@ func (p *parser) rule(r *Rule) *ParseError {
 	}
 	r.Action = a
 
-	var seenSrc, seenDst, seenEther, seenSport, seenDport, seenFrag bool
-	protoTok := ""
+	// The token that gave each field its value, "" if none yet.
+	var seen [len(matchFields)]string
 	toks := p.toks[1:]
 	for len(toks) > 0 {
-		field := toks[0]
+		kw := toks[0]
 		toks = toks[1:]
-		// A field's value is the next token. A keyword there means the
-		// value was left out; protocol names are keywords but are also
-		// the values of proto.
-		v, hasValue := "", false
-		if len(toks) > 0 && (!isKeyword(toks[0]) || field == "proto" && isProtoName(toks[0])) {
-			v, hasValue = toks[0], true
+		i := fieldByKeyword(kw)
+		if i < 0 {
+			if _, err := ParseAction(kw); err == nil {
+				return p.errorf("unexpected %q: the action comes first and only once per line", kw)
+			}
+			return p.errorf("unknown field %q (%s)", clipped(kw), wantFieldsText())
 		}
-		switch field {
-		case "src", "dst":
-			seen, dst := &seenSrc, &r.Src
-			if field == "dst" {
-				seen, dst = &seenDst, &r.Dst
+		f, prev := &matchFields[i], &seen[i]
+		if *prev != "" && f.twice == nil {
+			return p.errorf("%s given twice (each field at most once per rule; write two rules to match either)", f.name)
+		}
+		// A field's value is the next token, or the alias used as the
+		// keyword ("tcp"). A keyword as the next token means the value
+		// was left out; but a field's aliases are also its values
+		// ("proto tcp").
+		v := kw
+		if !f.flag && kw == f.name {
+			if len(toks) == 0 || isKeyword(toks[0]) && !f.isAlias(toks[0]) {
+				return p.errorf("%s", f.need)
 			}
-			if e := p.once(field, seen); e != nil {
-				return e
-			}
-			if !hasValue {
-				return p.errorf("%s needs a value (want an address or prefix, e.g. %s 192.0.2.0/24, %s 2001:db8::/32 or %s 192.0.2.1)", field, field, field, field)
-			}
-			toks = toks[1:]
-			pfx, msg := parsePrefix(v)
-			if msg != "" {
-				return p.errorf("%s %s: %s", field, clipped(v), msg)
-			}
-			*dst = pfx
-		case "proto", "tcp", "udp", "icmp", "icmpv6":
-			if field == "proto" {
-				if !hasValue {
-					return p.errorf("proto needs a value (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)")
-				}
-				toks = toks[1:]
-			} else {
-				v = field
-			}
-			if protoTok != "" {
-				return p.errorf("protocol given twice (%q, then %q; each field at most once per rule, write two rules to match either)", clipped(protoTok), clipped(v))
-			}
-			protoTok = v
-			n, ok := parseProto(v)
-			if !ok {
-				return p.errorf("unknown protocol %q (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)", clipped(v))
-			}
-			r.Proto, r.HasProto = n, true
-		case "sport", "dport":
-			seen, dst := &seenSport, &r.SrcPort
-			if field == "dport" {
-				seen, dst = &seenDport, &r.DstPort
-			}
-			if e := p.once(field, seen); e != nil {
-				return e
-			}
-			if !hasValue {
-				return p.errorf("%s needs a value (want a port 0-65535 or a range like 1024-65535)", field)
-			}
-			toks = toks[1:]
-			pr, msg := parsePortRange(v)
-			if msg != "" {
-				return p.errorf("%s %s: %s", field, clipped(v), msg)
-			}
-			*dst = pr
-		case "ether":
-			if e := p.once(field, &seenEther); e != nil {
-				return e
-			}
-			if !hasValue {
-				return p.errorf("ether needs a value (want arp, lldp, ipv4, ipv6 or a hex EtherType like 0x88cc)")
-			}
-			toks = toks[1:]
-			t, msg := parseEtherType(v)
-			if msg != "" {
-				return p.errorf("ether %s: %s", clipped(v), msg)
-			}
-			r.EtherType = t
-		case "frag":
-			if e := p.once(field, &seenFrag); e != nil {
-				return e
-			}
-			r.Fragment = true
-		default:
-			if _, err := ParseAction(field); err == nil {
-				return p.errorf("unexpected %q: the action comes first and only once per line", field)
-			}
-			return p.errorf("unknown field %q (%s)", clipped(field), wantFields)
+			v, toks = toks[0], toks[1:]
+		}
+		if *prev != "" {
+			return p.errorf("%s", f.twice(*prev, v))
+		}
+		*prev = v
+		if msg := f.parse(r, v); msg != "" {
+			return p.errorf("%s", msg)
 		}
 	}
 	return nil
 }
 
-// once records that field was seen, or reports that it was seen before.
-func (p *parser) once(field string, seen *bool) *ParseError {
-	if *seen {
-		return p.errorf("%s given twice (each field at most once per rule; write two rules to match either)", field)
-	}
-	*seen = true
-	return nil
-}
-
-func isProtoName(s string) bool {
-	_, ok := parseProto(s)
-	return ok && (s[0] < '0' || s[0] > '9')
-}
-
-func isKeyword(s string) bool {
-	switch s {
-	case "src", "dst", "proto", "tcp", "udp", "icmp", "icmpv6", "sport", "dport", "ether", "frag":
-		return true
-	}
-	return false
-}
+func isKeyword(s string) bool { return fieldByKeyword(s) >= 0 }
 
 // ParsePrefix parses "ADDR/LEN" or "ADDR" (a host route) as a rule file's
 // src and dst are parsed, and refuses what a rule file refuses (host bits

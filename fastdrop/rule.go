@@ -106,51 +106,35 @@ type Rule struct {
 
 // IsPrefixOnly reports whether r is "ACTION src PREFIX" and nothing else.
 // Such rules go to the longest-prefix-match tables instead of the ordered
-// compound rule list. Line does not matter.
+// compound rule list. Line does not matter. (A Proto without HasProto
+// or an invalid dst, which Validate refuses, make a rule compound too.)
 func (r Rule) IsPrefixOnly() bool {
-	return r.Src.IsValid() && r.Dst == (netip.Prefix{}) &&
-		!r.HasProto && r.Proto == 0 && r.SrcPort == nil && r.DstPort == nil &&
-		r.EtherType == 0 && !r.Fragment
+	if !r.Src.IsValid() || r.Proto != 0 {
+		return false
+	}
+	for i := range matchFields {
+		f := &matchFields[i]
+		if f.name != "src" && (f.isSet(&r) || f.store == storePrefix && *f.prefixOf(&r) != netip.Prefix{}) {
+			return false
+		}
+	}
+	return true
 }
 
 // String returns r in canonical rule-file syntax, for example
 // "drop udp src 192.0.2.0/24 dport 11211". Parsing it gives back r (apart
-// from Line). Fields are written in the order ether, proto, src, sport, dst,
-// dport, frag.
+// from Line). Fields are written in the order of their textPos: ether,
+// proto, src, sport, dst, dport, frag.
 func (r Rule) String() string {
 	var b strings.Builder
 	b.WriteString(r.Action.String())
-	if r.EtherType != 0 {
-		b.WriteString(" ether ")
-		b.WriteString(etherName(r.EtherType))
-	}
-	if r.HasProto {
-		b.WriteByte(' ')
-		if name := protoName(r.Proto); name != "" {
-			b.WriteString(name)
-		} else {
-			b.WriteString("proto ")
-			b.WriteString(strconv.Itoa(int(r.Proto)))
+	for pos := range matchFields {
+		for i := range matchFields {
+			if f := &matchFields[i]; f.textPos == pos && f.isSet(&r) {
+				b.WriteByte(' ')
+				b.WriteString(f.text(&r))
+			}
 		}
-	}
-	if r.Src.IsValid() {
-		b.WriteString(" src ")
-		b.WriteString(r.Src.String())
-	}
-	if r.SrcPort != nil {
-		b.WriteString(" sport ")
-		b.WriteString(r.SrcPort.String())
-	}
-	if r.Dst.IsValid() {
-		b.WriteString(" dst ")
-		b.WriteString(r.Dst.String())
-	}
-	if r.DstPort != nil {
-		b.WriteString(" dport ")
-		b.WriteString(r.DstPort.String())
-	}
-	if r.Fragment {
-		b.WriteString(" frag")
 	}
 	return b.String()
 }
@@ -186,12 +170,14 @@ func etherName(t uint16) string {
 // family returns 4 or 6 if r can only match IPv4 or IPv6 frames (because of
 // a prefix or an ether match), 0 otherwise. It assumes the prefixes agree.
 func (r Rule) family() int {
-	for _, p := range []netip.Prefix{r.Src, r.Dst} {
-		if p.IsValid() {
-			if p.Addr().Is4() {
-				return 4
+	for i := range matchFields {
+		if f := &matchFields[i]; f.store == storePrefix {
+			if p := f.prefixOf(&r); p.IsValid() {
+				if p.Addr().Is4() {
+					return 4
+				}
+				return 6
 			}
-			return 6
 		}
 	}
 	switch r.EtherType {
@@ -205,58 +191,36 @@ func (r Rule) family() int {
 
 // needsIP reports whether r has a field that only an IP frame can match.
 func (r Rule) needsIP() bool {
-	return r.Src.IsValid() || r.Dst.IsValid() || r.HasProto || r.SrcPort != nil || r.DstPort != nil || r.Fragment
+	for i := range matchFields {
+		if f := &matchFields[i]; f.ip && f.isSet(&r) {
+			return true
+		}
+	}
+	return false
 }
 
 // Validate reports whether r is a rule the kernel program and the model can
 // evaluate, and rejects rules that could never match. The error says what is
 // wrong and how to write it instead; it has no file or line (Parse adds them).
-func (r Rule) Validate() error {
+// Each field's check (matchFields) runs in table order, then the checks of
+// combinations that no one field owns.
+func (r Rule) Validate() error { return r.validate() }
+
+// validate is Validate of *r. The field checks are function values, to
+// which r escapes: callers that check many rules call this on the rule
+// where it is, so that no copy of it is made on the heap.
+func (r *Rule) validate() error {
 	if !r.Action.valid() {
 		return fmt.Errorf("invalid action %d (want drop, pass or redirect)", r.Action)
 	}
-	if err := validatePrefix("src", r.Src); err != nil {
-		return err
-	}
-	if err := validatePrefix("dst", r.Dst); err != nil {
-		return err
-	}
-	if r.Src.IsValid() && r.Dst.IsValid() && r.Src.Addr().Is4() != r.Dst.Addr().Is4() {
-		return fmt.Errorf("src %s and dst %s are of different address families; a frame is either IPv4 or IPv6, so write two rules", r.Src, r.Dst)
-	}
-	if !r.HasProto && r.Proto != 0 {
-		return fmt.Errorf("rule sets Proto %d without HasProto", r.Proto)
-	}
-	for _, pr := range []struct {
-		name string
-		p    *PortRange
-	}{{"sport", r.SrcPort}, {"dport", r.DstPort}} {
-		if pr.p == nil {
-			continue
-		}
-		if pr.p.Lo > pr.p.Hi {
-			return fmt.Errorf("%s %d-%d: range is empty (write the lower port first)", pr.name, pr.p.Lo, pr.p.Hi)
-		}
-		if !r.HasProto || (r.Proto != ProtoTCP && r.Proto != ProtoUDP) {
-			return fmt.Errorf("%s needs protocol tcp or udp (write e.g. \"udp %s %s\")", pr.name, pr.name, pr.p)
-		}
-		if r.Fragment {
-			return fmt.Errorf("frag never matches together with %s: non-first fragments carry no L4 header", pr.name)
-		}
-	}
-	switch r.EtherType {
-	case 0, EtherTypeIPv4, EtherTypeIPv6:
-	case EtherTypeVLAN, EtherTypeQinQ:
-		return fmt.Errorf("ether 0x%04x never matches: VLAN tags are skipped and ether matches the EtherType after them", r.EtherType)
-	default:
-		if r.needsIP() {
-			return fmt.Errorf("ether %s never matches a rule with src, dst, proto, sport, dport or frag: those need an IPv4 or IPv6 frame", etherName(r.EtherType))
+	for i := range matchFields {
+		if f := &matchFields[i]; f.check != nil && (f.checkZero || f.isSet(r)) {
+			if err := f.check(r); err != nil {
+				return err
+			}
 		}
 	}
 	fam := r.family()
-	if r.EtherType == EtherTypeIPv4 && fam == 6 || r.EtherType == EtherTypeIPv6 && fam == 4 {
-		return fmt.Errorf("ether %s never matches an IPv%d prefix", etherName(r.EtherType), fam)
-	}
 	if r.HasProto {
 		switch {
 		case fam == 6 && r.Proto == ProtoICMP:
@@ -267,7 +231,7 @@ func (r Rule) Validate() error {
 			// Extension headers are skipped, so only a non-first fragment,
 			// whose protocol is its fragment header's next header, can have
 			// this one: say so with frag, so the rule reads as what it does.
-			withFrag := r
+			withFrag := *r
 			withFrag.Fragment = true
 			return fmt.Errorf("proto %d matches IPv6 frames only in non-first fragments (extension headers are skipped and proto is the protocol after them; in a non-first fragment it is the fragment header's next header): add frag, as in %q", r.Proto, withFrag.String())
 		}
@@ -348,19 +312,20 @@ func (rs *RuleSet) Validate() error {
 	}
 	seen := make(map[netip.Prefix]int)
 	compound := 0
-	for i, r := range rs.Rules {
-		if err := r.Validate(); err != nil {
-			return fmt.Errorf("rule %d (%s): %w", i, ruleWhere(r), err)
+	for i := range rs.Rules {
+		r := &rs.Rules[i]
+		if err := r.validate(); err != nil {
+			return fmt.Errorf("rule %d (%s): %w", i, ruleWhere(*r), err)
 		}
 		if !r.IsPrefixOnly() {
 			compound++
 			if compound > MaxCompoundRules {
-				return fmt.Errorf("rule %d (%s): %w: more than %d", i, ruleWhere(r), ErrTooManyRules, MaxCompoundRules)
+				return fmt.Errorf("rule %d (%s): %w: more than %d", i, ruleWhere(*r), ErrTooManyRules, MaxCompoundRules)
 			}
 			continue
 		}
 		if j, ok := seen[r.Src]; ok {
-			return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", i, ruleWhere(r), ErrDuplicatePrefix, r.Src, j, ruleWhere(rs.Rules[j]))
+			return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", i, ruleWhere(*r), ErrDuplicatePrefix, r.Src, j, ruleWhere(rs.Rules[j]))
 		}
 		seen[r.Src] = i
 	}
