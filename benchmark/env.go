@@ -14,7 +14,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdpdrop/xdpdrop/internal/sandbox"
+	"github.com/xdpdrop/xdpdrop/sandbox"
 )
 
 // Pair names an existing pair of interfaces to measure on instead of a

@@ -28,7 +28,7 @@ var hintSources = []string{
 	"../../benchmark",
 	"../../pktgen",
 	"../../internal/bpffs",
-	"../../internal/sandbox",
+	"../../sandbox",
 }
 
 // proseAfterName are words that follow "xdpdrop " in prose ("an xdpdrop
