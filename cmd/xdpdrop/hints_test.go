@@ -28,6 +28,7 @@ var hintSources = []string{
 	"../../benchmark",
 	"../../pktgen",
 	"../../internal/bpffs",
+	"../../internal/ethtool",
 	"../../sandbox",
 }
 
