@@ -331,14 +331,12 @@ func (r *caseRun) setupRx() error {
 		}
 		r.env.onClose(func() error { _, err := xsk.SetNAPIDefer(r.env.host, prev); return err })
 	}
-	s, err := xsk.Open(r.socketOptions(r.env.hostIdx))
+	qs, err := xsk.OpenQueues(red, []int{0}, xsk.QueueOptions{Socket: r.socketOptions(r.env.hostIdx)})
 	if err != nil {
 		return err
 	}
-	r.env.onClose(s.Close)
-	if err := red.Register(s); err != nil {
-		return err
-	}
+	r.env.onClose(qs.Close)
+	s := qs.Sockets[0]
 	var arrived func() (uint64, error)
 	if r.c.Kind == L2Fwd {
 		objs, read, err := r.loadCounter()
