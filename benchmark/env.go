@@ -14,7 +14,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdpdrop/xdpdrop/internal/sandbox"
+	"github.com/xdpdrop/xdpdrop/internal/ethtool"
+	"github.com/xdpdrop/xdpdrop/sandbox"
 )
 
 // Pair names an existing pair of interfaces to measure on instead of a
@@ -41,8 +42,8 @@ type env struct {
 	hostMAC, peerMAC net.HardwareAddr
 	peerNS           netns.NsHandle // -1: the caller's namespace
 	peerNSName       string
-	hostTool         *ethtoolSocket
-	peerTool         *ethtoolSocket
+	hostTool         *ethtool.Socket
+	peerTool         *ethtool.Socket
 	peerH            *netlink.Handle
 	// veth is set when Peer is a veth end: its counters then say how many
 	// frames the generator put into the host end's ring, and how many the
@@ -93,13 +94,13 @@ func newEnv(pair *Pair, c Case) (e *env, err error) {
 			return e, err
 		}
 	}
-	if e.hostTool, err = openEthtool(); err != nil {
+	if e.hostTool, err = ethtool.Open(); err != nil {
 		return e, err
 	}
 	e.onClose(e.hostTool.Close)
 	if err := e.inPeer(func() error {
 		var err error
-		e.peerTool, err = openEthtool()
+		e.peerTool, err = ethtool.Open()
 		return err
 	}); err != nil {
 		return e, err
@@ -113,7 +114,7 @@ func newEnv(pair *Pair, c Case) (e *env, err error) {
 	} else {
 		e.peerH = &netlink.Handle{}
 	}
-	drv, _, err := e.peerTool.driver(e.peer)
+	drv, _, err := e.peerTool.Driver(e.peer)
 	if err != nil {
 		return e, err
 	}
@@ -199,7 +200,7 @@ func (e *env) inPeer(fn func() error) error {
 // ndo_xdp_xmit (XDP_TX: the generator) and those the rings had no room
 // for, from the peer's veth counters.
 func (e *env) offered() (xmit, full uint64, err error) {
-	st, err := e.peerTool.stats(e.peer)
+	st, err := e.peerTool.Stats(e.peer)
 	if err != nil {
 		return 0, 0, err
 	}

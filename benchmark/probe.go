@@ -12,8 +12,8 @@ import (
 
 	"github.com/xdpdrop/xdpdrop/fastdrop"
 	"github.com/xdpdrop/xdpdrop/gen"
-	"github.com/xdpdrop/xdpdrop/internal/frames"
 	"github.com/xdpdrop/xdpdrop/loader"
+	"github.com/xdpdrop/xdpdrop/pktgen"
 	"github.com/xdpdrop/xdpdrop/xsk"
 )
 
@@ -166,11 +166,11 @@ func setup(c Case, opts Options) (r *caseRun, err error) {
 // buildFrame makes the UDP frame of job, size bytes on the wire (with the
 // FCS, which the frame itself does not carry).
 func buildFrame(job GenJob, size int) []byte {
-	s := frames.Spec{Src: job.Src, Dst: job.Dst, Proto: frames.ProtoUDP, SrcPort: job.SrcPort, DstPort: job.DstPort}
+	s := pktgen.FrameSpec{Src: job.Src, Dst: job.Dst, Proto: pktgen.ProtoUDP, SrcPort: job.SrcPort, DstPort: job.DstPort}
 	copy(s.SrcMAC[:], job.SrcMAC)
 	copy(s.DstMAC[:], job.DstMAC)
-	hdr := s.Build().Len()
-	s.Payload = frames.Pattern(max(size-4-hdr, 0))
+	hdr := len(s.Build().Bytes)
+	s.Payload = pktgen.Pattern(max(size-4-hdr, 0))
 	return s.Build().Bytes
 }
 
@@ -331,14 +331,12 @@ func (r *caseRun) setupRx() error {
 		}
 		r.env.onClose(func() error { _, err := xsk.SetNAPIDefer(r.env.host, prev); return err })
 	}
-	s, err := xsk.Open(r.socketOptions(r.env.hostIdx))
+	qs, err := xsk.OpenQueues(red, []int{0}, xsk.QueueOptions{Socket: r.socketOptions(r.env.hostIdx)})
 	if err != nil {
 		return err
 	}
-	r.env.onClose(s.Close)
-	if err := red.Register(s); err != nil {
-		return err
-	}
+	r.env.onClose(qs.Close)
+	s := qs.Sockets[0]
 	var arrived func() (uint64, error)
 	if r.c.Kind == L2Fwd {
 		objs, read, err := r.loadCounter()

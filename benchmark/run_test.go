@@ -19,9 +19,9 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/xdpdrop/xdpdrop/benchmark"
-	"github.com/xdpdrop/xdpdrop/internal/sandbox"
 	"github.com/xdpdrop/xdpdrop/internal/testenv"
 	"github.com/xdpdrop/xdpdrop/loader"
+	"github.com/xdpdrop/xdpdrop/sandbox"
 	"github.com/xdpdrop/xdpdrop/xsk"
 )
 

@@ -166,7 +166,7 @@ func (r *caseRun) setupXDPSock() error {
 		arrived = read
 	}
 	r.read = func(c *counts) error {
-		st, err := r.env.hostTool.stats(r.env.host)
+		st, err := r.env.hostTool.Stats(r.env.host)
 		if err != nil {
 			return err
 		}

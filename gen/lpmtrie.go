@@ -1,3 +1,3 @@
 package gen
 
-//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -mcpu=v3 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -type fd_lpm4_key -type fd_lpm6_key Lpmtrie ../bpf/lpmtrie.c
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -mcpu=v3 -g -Wall -Werror -I../bpf/include" -target bpfel -type fd_lpm4_key -type fd_lpm6_key Lpmtrie ../bpf/lpmtrie.c

@@ -11,4 +11,10 @@
 // grace periods unless another run of the same program is in progress
 // (see RunOptions.InFlight). A Generator is safe for use by one goroutine
 // at a time.
+//
+// FrameSpec builds the frames to send (Ethernet with optional VLAN tags,
+// IPv4 or IPv6 with options, fragments and extension headers, TCP, UDP,
+// ICMP or a raw protocol), with every length and checksum filled in and
+// the offsets of the layers reported, which Options.IPOffset and
+// L4Offset take. It panics on a FrameSpec that cannot be encoded.
 package pktgen

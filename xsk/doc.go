@@ -22,7 +22,10 @@
 //
 // One socket per queue: to serve several queues open several sockets,
 // each with a private UMEM (the default) or all sharing one (Options.UMEM,
-// XDP_SHARED_UMEM), and drive each from its own goroutine.
+// XDP_SHARED_UMEM), and drive each from its own goroutine. OpenQueues
+// does that setup for a list of queues (ParseQueues reads one such as
+// "0-3", AllQueues lists a device's) and registers every socket; the CLI,
+// the benchmarks and examples/multiqueue all use it.
 //
 // # Modes the kernel may choose
 //

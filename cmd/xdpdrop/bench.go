@@ -61,7 +61,7 @@ kernel patch series published, and prints them as Markdown tables (or JSON):
   xdpsock      with --xdpsock PATH only: rxdrop and l2fwd on one core and
                on two, by package xsk (Go) and by the xdpsock binary at
                PATH (the kernel's AF_XDP sample in C, from bpf-examples,
-               which you build; xdpdrop ships none), side by side on the
+               which you build: none comes with this tool), side by side on the
                same pair, its figures parsed from its output (-x -a)
 
 Every row runs on a veth pair of its own, with one end in a new network

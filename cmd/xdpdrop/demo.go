@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -12,11 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpdrop/xdpdrop/fastdrop"
-	"github.com/xdpdrop/xdpdrop/internal/frames"
-	"github.com/xdpdrop/xdpdrop/internal/sandbox"
 	"github.com/xdpdrop/xdpdrop/loader"
 	"github.com/xdpdrop/xdpdrop/metrics"
 	"github.com/xdpdrop/xdpdrop/pktgen"
+	"github.com/xdpdrop/xdpdrop/sandbox"
 )
 
 // demoPrefix starts the names of the demo's sandboxes.
@@ -36,22 +36,31 @@ drop src 2001:db8:bad::/48    # an IPv6 blocklist entry
 // each spread over flows source addresses and ports.
 func demoTraffic() []struct {
 	name  string
-	frame frames.Frame
+	frame pktgen.Frame
 	flows uint32
 } {
-	tcp := func(src, dst string, dport uint16) frames.Frame {
-		return frames.TCP4(src, dst, 1024, dport, 0)
+	frame := func(proto uint8, src, dst string, sport, dport uint16, payload int) pktgen.Frame {
+		return pktgen.FrameSpec{
+			Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst),
+			Proto: proto, SrcPort: sport, DstPort: dport, Payload: pktgen.Pattern(payload),
+		}.Build()
+	}
+	udp := func(src, dst string, sport, dport uint16) pktgen.Frame {
+		return frame(pktgen.ProtoUDP, src, dst, sport, dport, 18)
+	}
+	tcp := func(src, dst string, dport uint16) pktgen.Frame {
+		return frame(pktgen.ProtoTCP, src, dst, 1024, dport, 0)
 	}
 	return []struct {
 		name  string
-		frame frames.Frame
+		frame pktgen.Frame
 		flows uint32
 	}{
-		{"memcached reflection (udp 11211)", frames.UDP4("192.0.2.1", "198.18.0.1", 11211, 11211, 18), 4096},
+		{"memcached reflection (udp 11211)", udp("192.0.2.1", "198.18.0.1", 11211, 11211), 4096},
 		{"telnet scan (tcp 23)", tcp("198.51.100.1", "198.18.0.1", 23), 4096},
-		{"udp from 203.0.0.0/16", frames.UDP4("203.0.0.1", "198.18.0.1", 5353, 53, 18), 65536},
+		{"udp from 203.0.0.0/16", udp("203.0.0.1", "198.18.0.1", 5353, 53), 65536},
 		{"https (tcp 443)", tcp("198.18.0.2", "198.18.0.1", 443), 256},
-		{"udp from 2001:db8:bad::/48", frames.UDP6("2001:db8:bad::1", "2001:db8::1", 1024, 53, 18), 1},
+		{"udp from 2001:db8:bad::/48", udp("2001:db8:bad::1", "2001:db8::1", 1024, 53), 1},
 	}
 }
 

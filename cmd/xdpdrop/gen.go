@@ -13,9 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/xdpdrop/xdpdrop/internal/frames"
-	"github.com/xdpdrop/xdpdrop/internal/sandbox"
 	"github.com/xdpdrop/xdpdrop/pktgen"
+	"github.com/xdpdrop/xdpdrop/sandbox"
 	"github.com/xdpdrop/xdpdrop/xsk"
 )
 
@@ -230,8 +229,8 @@ func (a *app) gen(cmd *cobra.Command, f *genFlags) error {
 }
 
 // spec validates the flags and turns them into a frame spec.
-func (f *genFlags) spec() (frames.Spec, error) {
-	var s frames.Spec
+func (f *genFlags) spec() (pktgen.FrameSpec, error) {
+	var s pktgen.FrameSpec
 	var err error
 	if s.Src, err = netip.ParseAddr(f.src); err != nil {
 		return s, usagef("--src %q: not an IP address", f.src)
@@ -274,15 +273,15 @@ func (f *genFlags) spec() (frames.Spec, error) {
 		if f.vlan > 4095 {
 			return s, usagef("--vlan %d: want 0 to 4095", f.vlan)
 		}
-		s.VLANs = []frames.VLAN{{TPID: 0x8100, ID: uint16(f.vlan)}}
+		s.VLANs = []pktgen.VLAN{{TPID: 0x8100, ID: uint16(f.vlan)}}
 	}
 	// Size the payload so the frame is exactly --size bytes.
-	hdr := s.Build().Len()
+	hdr := len(s.Build().Bytes)
 	if hdr > f.size {
 		return s, usagef("--size %d: headers alone take %d bytes", f.size, hdr)
 	}
 	s.Payload = make([]byte, f.size-hdr)
-	if got := s.Build().Len(); got != f.size {
+	if got := len(s.Build().Bytes); got != f.size {
 		return s, errors.New("gen: internal error sizing the frame")
 	}
 	return s, nil

@@ -28,7 +28,8 @@ var hintSources = []string{
 	"../../benchmark",
 	"../../pktgen",
 	"../../internal/bpffs",
-	"../../internal/sandbox",
+	"../../internal/ethtool",
+	"../../sandbox",
 }
 
 // proseAfterName are words that follow "xdpdrop " in prose ("an xdpdrop

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,31 +106,13 @@ Actions:
 	return cmd
 }
 
-// parseQueues reads "0-3", "0,2,5" or "all" (nil).
+// parseQueues reads --queues: "0-3", "0,2,5" or "all" (nil).
 func parseQueues(s string) ([]int, error) {
-	if s == "all" {
-		return nil, nil
+	q, err := xsk.ParseQueues(s)
+	if err != nil {
+		return nil, usagef("--queues %q: want queue numbers 0-%d like 0-3 or 0,2,5, or all", s, xsk.MaxQueues-1)
 	}
-	var out []int
-	seen := map[int]bool{}
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(strings.TrimSpace(lo))
-		b := a
-		if err == nil && isRange {
-			b, err = strconv.Atoi(strings.TrimSpace(hi))
-		}
-		if err != nil || a < 0 || b < a || b >= xsk.MaxQueues {
-			return nil, usagef("--queues %q: want queue numbers 0-%d like 0-3 or 0,2,5, or all", s, xsk.MaxQueues-1)
-		}
-		for q := a; q <= b; q++ {
-			if !seen[q] {
-				seen[q] = true
-				out = append(out, q)
-			}
-		}
-	}
-	return out, nil
+	return q, nil
 }
 
 // filterFromRules turns a rule file into the redirect program's filter,
@@ -170,11 +151,11 @@ func filterFromRules(path string) (xsk.Filter, error) {
 	return f, nil
 }
 
-func (f *redirectFlags) socketOptions(queue int, umem *xsk.UMEM) (xsk.Options, error) {
-	o := xsk.Options{Interface: f.iface, Queue: queue, UMEM: umem, Batch: f.batch, DisableNeedWakeup: f.noNeedWakeup}
-	if umem == nil {
-		o.UMEMOptions = xsk.UMEMOptions{FrameSize: f.frameSize}
-	}
+// socketOptions are the options of every queue's socket (xsk.OpenQueues
+// sets the queue and the shared UMEM).
+func (f *redirectFlags) socketOptions() (xsk.Options, error) {
+	o := xsk.Options{Interface: f.iface, Batch: f.batch, DisableNeedWakeup: f.noNeedWakeup,
+		UMEMOptions: xsk.UMEMOptions{FrameSize: f.frameSize}}
 	f.rings.apply(&o)
 	switch {
 	case f.copyMode && f.zeroCopy:
@@ -229,16 +210,13 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 	default:
 		return usagef("--action %q: want count, drop, pcap=FILE or l2fwd", f.action)
 	}
-	if _, err := f.socketOptions(0, nil); err != nil {
+	sockOpts, err := f.socketOptions()
+	if err != nil {
 		return err
 	}
 	if queues == nil {
-		n, err := rxQueues(f.iface)
-		if err != nil {
+		if queues, err = xsk.AllQueues(f.iface); err != nil {
 			return err
-		}
-		for q := 0; q < n && q < xsk.MaxQueues; q++ {
-			queues = append(queues, q)
 		}
 	}
 	ropts := xsk.RedirectOptions{Queues: queues}
@@ -290,30 +268,12 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 	// Not pinned: Close detaches.
 	defer func() { err = errors.Join(err, att.Close()) }()
 
-	var umem *xsk.UMEM
-	if f.sharedUMEM {
-		if umem, err = xsk.NewUMEM(xsk.UMEMOptions{FrameSize: f.frameSize, FrameCount: f.rings.frames * len(queues)}); err != nil {
-			return err
-		}
-		defer func() { err = errors.Join(err, umem.Close()) }()
+	qs, err := xsk.OpenQueues(red, queues, xsk.QueueOptions{Socket: sockOpts, SharedUMEM: f.sharedUMEM})
+	if err != nil {
+		return err
 	}
-	socks := make([]*xsk.Socket, 0, len(queues))
-	defer func() {
-		for _, s := range socks {
-			err = errors.Join(err, s.Close())
-		}
-	}()
-	for _, q := range queues {
-		o, _ := f.socketOptions(q, umem)
-		s, err := xsk.Open(o)
-		if err != nil {
-			return fmt.Errorf("queue %d: %w", q, err)
-		}
-		socks = append(socks, s)
-		if err := red.Register(s); err != nil {
-			return fmt.Errorf("queue %d: %w", q, err)
-		}
-	}
+	defer func() { err = errors.Join(err, qs.Close()) }()
+	socks := qs.Sockets
 	if !f.jsonOut {
 		zc := "copy"
 		if socks[0].ZeroCopy() {
@@ -499,21 +459,6 @@ func (p *pcapOut) write(b []byte) error {
 }
 
 func (p *pcapOut) Close() error { return p.f.Close() }
-
-// rxQueues is the number of rx queues of an interface.
-func rxQueues(iface string) (int, error) {
-	ents, err := os.ReadDir("/sys/class/net/" + iface + "/queues")
-	if err != nil {
-		return 0, fmt.Errorf("interface %q: %w (list interfaces with 'ip link')", iface, err)
-	}
-	n := 0
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "rx-") {
-			n++
-		}
-	}
-	return n, nil
-}
 
 // printQueues prints one sample per queue, with rates over dt.
 func (a *app) printQueues(f *redirectFlags, red *xsk.Redirect, socks []*xsk.Socket, protos []protoCounts, prev map[int]queueSample, dt time.Duration) error {

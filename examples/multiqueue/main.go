@@ -59,25 +59,19 @@ func run(iface string, queues int, shared bool) (err error) {
 	defer func() { err = errors.Join(err, att.Close()) }()
 	fmt.Printf("redirect program attached to %s in %v mode\n", iface, att.Mode())
 
-	var umem *xsk.UMEM
-	if shared {
-		// Each socket takes FillSize+TxSize (4096) frames by default.
-		if umem, err = xsk.NewUMEM(xsk.UMEMOptions{FrameCount: queues * 4096}); err != nil {
-			return err
-		}
-		defer func() { err = errors.Join(err, umem.Close()) }()
+	// One socket per queue, each with FillSize+TxSize (4096) frames of
+	// its own or of the shared UMEM, registered with the program.
+	all := make([]int, queues)
+	for q := range all {
+		all[q] = q
 	}
-	socks := make([]*xsk.Socket, queues)
-	for q := range socks {
-		s, err := xsk.Open(xsk.Options{Interface: iface, Queue: q, UMEM: umem})
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		if err := red.Register(s); err != nil {
-			return err
-		}
-		socks[q] = s
+	qs, err := xsk.OpenQueues(red, all, xsk.QueueOptions{Socket: xsk.Options{Interface: iface}, SharedUMEM: shared})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, qs.Close()) }()
+	socks := qs.Sockets
+	for q, s := range socks {
 		fmt.Printf("queue %d: zero-copy %v, need_wakeup %v\n", q, s.ZeroCopy(), s.NeedWakeup())
 	}
 

@@ -13,8 +13,10 @@
 // [Mutate] applies one random structural mutation for differential fuzzing
 // of a packet parser, with [Random] drawing valid Specs across all variants.
 //
-// The package uses only the standard library and allocates freely; it is
-// for tests, not for a data path. Build and the constructors panic on a Spec
+// The encoder itself is pktgen's ([pktgen.FrameSpec]), which product code
+// (xdpdrop gen, demo and bench) uses directly; this package is test-only
+// and adds the constructors, damage and randomisation on top. It allocates
+// freely; it is for tests, not for a data path. Build and the constructors panic on a Spec
 // that cannot be encoded (for example more than 40 bytes of IPv4 options,
 // or addresses of different families): in a test, such a Spec is a bug in
 // the test.

@@ -46,16 +46,6 @@ func simple(name string, v4 bool, proto uint8, src, dst string, sport, dport uin
 	}.Build()
 }
 
-// Pattern returns n bytes 0, 1, 2, ... (mod 256), the payload of UDP4 and
-// the other constructors.
-func Pattern(n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i)
-	}
-	return b
-}
-
 // ARPRequest builds a broadcast ARP request from 02:00:00:00:00:01 asking
 // for the IPv4 address target on behalf of sender. It panics if either is
 // not an IPv4 literal.

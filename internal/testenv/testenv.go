@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpdrop/xdpdrop/internal/bpffs"
-	"github.com/xdpdrop/xdpdrop/internal/sandbox"
+	"github.com/xdpdrop/xdpdrop/sandbox"
 )
 
 // BPFFSPath is where bpffs is expected and mounted.

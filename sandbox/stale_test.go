@@ -11,8 +11,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdpdrop/xdpdrop/internal/sandbox"
 	"github.com/xdpdrop/xdpdrop/internal/testenv"
+	"github.com/xdpdrop/xdpdrop/sandbox"
 )
 
 // deadPID returns the pid of a process that has ended.
