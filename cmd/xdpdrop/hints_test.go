@@ -50,37 +50,26 @@ type literal struct {
 func sourceLiterals(t *testing.T, dirs []string) []literal {
 	t.Helper()
 	var out []literal
-	fset := token.NewFileSet()
-	for _, dir := range dirs {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		require.NoError(t, err)
-		require.NotEmpty(t, files, dir)
-		for _, name := range files {
-			if strings.HasSuffix(name, "_test.go") {
-				continue
-			}
-			f, err := parser.ParseFile(fset, name, nil, 0)
-			require.NoError(t, err)
-			skip := map[*ast.BasicLit]bool{}
-			ast.Inspect(f, func(n ast.Node) bool {
-				switch n := n.(type) {
-				case *ast.ImportSpec:
-					skip[n.Path] = true
-				case *ast.Field:
-					if n.Tag != nil {
-						skip[n.Tag] = true
-					}
-				case *ast.BasicLit:
-					if n.Kind == token.STRING && !skip[n] {
-						s, err := strconv.Unquote(n.Value)
-						require.NoError(t, err)
-						out = append(out, literal{fset.Position(n.Pos()).String(), s})
-					}
+	eachSourceFile(t, dirs, func(fset *token.FileSet, f *ast.File) {
+		skip := map[*ast.BasicLit]bool{}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.ImportSpec:
+				skip[n.Path] = true
+			case *ast.Field:
+				if n.Tag != nil {
+					skip[n.Tag] = true
 				}
-				return true
-			})
-		}
-	}
+			case *ast.BasicLit:
+				if n.Kind == token.STRING && !skip[n] {
+					s, err := strconv.Unquote(n.Value)
+					require.NoError(t, err)
+					out = append(out, literal{fset.Position(n.Pos()).String(), s})
+				}
+			}
+			return true
+		})
+	})
 	return out
 }
 
@@ -249,35 +238,25 @@ var plainWords = map[string]bool{"Mpps": true}
 // a user of the CLI cannot act on them.
 func TestErrorsNameNoGoIdentifiers(t *testing.T) {
 	idents := map[string]bool{}
-	fset := token.NewFileSet()
-	for _, dir := range identSources {
-		names, err := filepath.Glob(filepath.Join(dir, "*.go"))
-		require.NoError(t, err)
-		for _, name := range names {
-			if strings.HasSuffix(name, "_test.go") {
-				continue
-			}
-			f, err := parser.ParseFile(fset, name, nil, 0)
-			require.NoError(t, err)
-			ast.Inspect(f, func(n ast.Node) bool {
-				switch n := n.(type) {
-				case *ast.FuncDecl:
-					idents[n.Name.Name] = true
-				case *ast.TypeSpec:
-					idents[n.Name.Name] = true
-				case *ast.ValueSpec:
-					for _, id := range n.Names {
-						idents[id.Name] = true
-					}
-				case *ast.Field:
-					for _, id := range n.Names {
-						idents[id.Name] = true
-					}
+	eachSourceFile(t, identSources, func(fset *token.FileSet, f *ast.File) {
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncDecl:
+				idents[n.Name.Name] = true
+			case *ast.TypeSpec:
+				idents[n.Name.Name] = true
+			case *ast.ValueSpec:
+				for _, id := range n.Names {
+					idents[id.Name] = true
 				}
-				return true
-			})
-		}
-	}
+			case *ast.Field:
+				for _, id := range n.Names {
+					idents[id.Name] = true
+				}
+			}
+			return true
+		})
+	})
 	// Exported (upper-case first letter), not an acronym (XDP, TCP), and
 	// not the first word of a sentence.
 	word := regexp.MustCompile(`[A-Za-z][A-Za-z0-9]*`)
@@ -303,44 +282,54 @@ func TestErrorsNameNoGoIdentifiers(t *testing.T) {
 func errorLiterals(t *testing.T, dirs []string) []literal {
 	t.Helper()
 	var out []literal
+	eachSourceFile(t, dirs, func(fset *token.FileSet, f *ast.File) {
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			pkg, ok := sel.X.(*ast.Ident)
+			if !ok {
+				return true
+			}
+			switch pkg.Name + "." + sel.Sel.Name {
+			case "fmt.Errorf", "errors.New", "fmt.Sprintf", "fmt.Fprintf":
+			default:
+				return true
+			}
+			for _, arg := range call.Args {
+				if lit, ok := arg.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					s, err := strconv.Unquote(lit.Value)
+					require.NoError(t, err)
+					out = append(out, literal{fset.Position(lit.Pos()).String(), s})
+				}
+			}
+			return true
+		})
+	})
+	return out
+}
+
+// eachSourceFile calls fn with each non-test Go file of dirs, parsed; each
+// dir must hold some.
+func eachSourceFile(t *testing.T, dirs []string, fn func(*token.FileSet, *ast.File)) {
+	t.Helper()
 	fset := token.NewFileSet()
 	for _, dir := range dirs {
-		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		require.NoError(t, err)
-		for _, name := range files {
+		require.NotEmpty(t, names, dir)
+		for _, name := range names {
 			if strings.HasSuffix(name, "_test.go") {
 				continue
 			}
 			f, err := parser.ParseFile(fset, name, nil, 0)
 			require.NoError(t, err)
-			ast.Inspect(f, func(n ast.Node) bool {
-				call, ok := n.(*ast.CallExpr)
-				if !ok {
-					return true
-				}
-				sel, ok := call.Fun.(*ast.SelectorExpr)
-				if !ok {
-					return true
-				}
-				pkg, ok := sel.X.(*ast.Ident)
-				if !ok {
-					return true
-				}
-				switch pkg.Name + "." + sel.Sel.Name {
-				case "fmt.Errorf", "errors.New", "fmt.Sprintf", "fmt.Fprintf":
-				default:
-					return true
-				}
-				for _, arg := range call.Args {
-					if lit, ok := arg.(*ast.BasicLit); ok && lit.Kind == token.STRING {
-						s, err := strconv.Unquote(lit.Value)
-						require.NoError(t, err)
-						out = append(out, literal{fset.Position(lit.Pos()).String(), s})
-					}
-				}
-				return true
-			})
+			fn(fset, f)
 		}
 	}
-	return out
 }
