@@ -354,10 +354,10 @@ func (t *v4Table) build(prefixes []v4Prefix) error {
 // and changed copy-on-write: a group a change replaces is retired, and
 // free only once no half points to it (commit).
 type groupPool struct {
-	max          int
-	free         []uint32 // lowest numbers last, so handed out first
-	retired      []uint32
-	what string // for the error when it is full
+	max     int
+	free    []uint32 // lowest numbers last, so handed out first
+	retired []uint32
+	what    string // for the error when it is full
 }
 
 func newGroupPool(max int, what string) groupPool {
