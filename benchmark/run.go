@@ -133,7 +133,7 @@ func (o Options) genCPU() int { return o.CPUs[0] }
 func (o Options) appCPU(p Placement) (int, error) {
 	if p == TwoCores {
 		if len(o.CPUs) < 2 {
-			return 0, errors.New("two-core cases need a second CPU (Options.CPUs)")
+			return 0, errors.New("two-core cases need a second CPU: name two CPUs")
 		}
 		return o.CPUs[1], nil
 	}

@@ -147,7 +147,7 @@ type external struct {
 // attaches its own program when it starts); start runs it.
 func (r *caseRun) setupXDPSock() error {
 	if r.opts.XDPSock == "" {
-		return errors.New("xdpsock rows need the path of an xdpsock binary (Options.XDPSock)")
+		return errors.New("xdpsock rows need the path of an xdpsock binary")
 	}
 	var err error
 	if r.appCPU, err = r.opts.appCPU(r.c.Placement); err != nil {

@@ -20,8 +20,8 @@ func TestCapacityLimits(t *testing.T) {
 		o    Options
 		want string
 	}{
-		{Options{MaxRules: MaxRules + 1}, "fastdrop: Options.MaxRules 16777209: capacity exceeded: at most 16777208"},
-		{Options{IPv6Entries: MaxIPv6Entries + 1}, "fastdrop: Options.IPv6Entries 33554432: capacity exceeded: at most 16777216"},
+		{Options{MaxRules: MaxRules + 1}, "fastdrop: room for 16777209 rules asked: capacity exceeded: one fast-drop program holds at most 16777208"},
+		{Options{IPv6Entries: MaxIPv6Entries + 1}, "fastdrop: an IPv6 table of 33554432 entries asked: capacity exceeded: one fast-drop program has at most 16777216"},
 		{capacityFor(MaxRules+1, 0, 0, 0, 2), "fastdrop: 16777209 rules: capacity exceeded: one fast-drop program holds at most 16777208 rules; aggregate adjacent prefixes into shorter ones"},
 		{capacityFor(9_400_000, 9_400_000, 0, 0, 2), "fastdrop: 9400000 IPv6 prefix rules: capacity exceeded: one fast-drop program holds about 9320106 (its IPv6 table has 16777216 entries, for the prefixes and their search markers); aggregate"},
 	} {

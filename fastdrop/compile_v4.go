@@ -160,11 +160,11 @@ func newV4Table(maxGroups, maxSparse, slots int, groups, sparse readerWriterAt) 
 	t := &v4Table{
 		groups:  groups,
 		groupsW: groups,
-		dense:   newGroupPool(maxGroups, "IPv4 prefixes longer than /24 in more /24s than the tbl8 pool's", "IPv4Blocks"),
+		dense:   newGroupPool(maxGroups, "IPv4 prefixes longer than /24 in more /24s than the tbl8 pool's"),
 		fresh:   make(map[uint32]*[v4Group]uint32),
 		sparse:  sparse,
 		sparseW: sparse,
-		hosts:   newGroupPool(maxSparse, "IPv4 host routes in more /24s than the sparse pool's", "IPv4HostBlocks"),
+		hosts:   newGroupPool(maxSparse, "IPv4 host routes in more /24s than the sparse pool's"),
 		sfresh:  make(map[uint32]*sparseGroup),
 		depth:   make([]uint8, slots),
 		dirty24: make([]uint64, tbl24Entries/v4Page/64),
@@ -354,14 +354,14 @@ func (t *v4Table) build(prefixes []v4Prefix) error {
 // and changed copy-on-write: a group a change replaces is retired, and
 // free only once no half points to it (commit).
 type groupPool struct {
-	max          int
-	free         []uint32 // lowest numbers last, so handed out first
-	retired      []uint32
-	what, option string // for the error when it is full
+	max     int
+	free    []uint32 // lowest numbers last, so handed out first
+	retired []uint32
+	what    string // for the error when it is full
 }
 
-func newGroupPool(max int, what, option string) groupPool {
-	p := groupPool{max: max, free: make([]uint32, max), what: what, option: option}
+func newGroupPool(max int, what string) groupPool {
+	p := groupPool{max: max, free: make([]uint32, max), what: what}
 	for i := range p.free {
 		p.free[i] = uint32(max - 1 - i)
 	}
@@ -371,7 +371,7 @@ func newGroupPool(max int, what, option string) groupPool {
 func (p *groupPool) alloc() (uint32, error) {
 	n := len(p.free)
 	if n == 0 {
-		return 0, fmt.Errorf("%s %d groups hold (a change needs the old and the new set's): %w (raise Options.%s)", p.what, p.max, ErrCapacity, p.option)
+		return 0, fmt.Errorf("%s %d groups hold (a change needs the old and the new set's): %w; %s", p.what, p.max, ErrCapacity, reloadAdvice)
 	}
 	g := p.free[n-1]
 	p.free = p.free[:n-1]

@@ -176,7 +176,7 @@ func (t *v6Table) build(prefixes []v6Prefix) error {
 		case attempt < 8:
 			seed = seed*0x2545f4914f6cdd1d + 1
 		default:
-			return fmt.Errorf("IPv6 prefixes and their markers do not fit %d table entries: %w (raise Options.IPv6Entries)", t.capacity, ErrCapacity)
+			return fmt.Errorf("IPv6 prefixes and their markers do not fit %d table entries: %w; %s", t.capacity, ErrCapacity, reloadAdvice)
 		}
 	}
 }

@@ -19,8 +19,12 @@ import (
 
 // Sentinel errors of the engine.
 var (
-	// ErrCapacity: a table the program was loaded with is full. The
-	// error says which Options field to raise.
+	// ErrCapacity: a table the program was loaded with is full, or
+	// Options ask for more than one program can have. The error says
+	// which table, in words a user of the CLI can act on; for a Go
+	// caller: rules are Options.MaxRules, "prefixes longer than /24" are
+	// IPv4Blocks, "host routes" are IPv4HostBlocks, the IPv6 table is
+	// IPv6Entries (CapacityFor sizes them all for a rule set).
 	ErrCapacity = errors.New("capacity exceeded")
 	// ErrRuleNotFound: Delete or Replace named a rule the set does not hold.
 	ErrRuleNotFound = errors.New("rule not found")
@@ -98,6 +102,11 @@ const v6EntriesPerPrefix = 1.8
 
 // capacityAdvice says what to do with a rule set that does not fit.
 const capacityAdvice = "aggregate adjacent prefixes into shorter ones, and leave out prefixes that a shorter one with the same action already covers"
+
+// reloadAdvice says what to do when a table the program was loaded with
+// is full (tables are sized at load; xdpdrop drop and rules reload by
+// themselves).
+const reloadAdvice = "load the program again with bigger tables"
 
 // Every slot of MaxRules fits a val's slot bits too, or this does not
 // compile.
@@ -182,14 +191,14 @@ func (o Options) check() error {
 		if o.want.set {
 			return fmt.Errorf("fastdrop: %d rules: %w: one fast-drop program holds at most %d rules; %s", o.want.rules, ErrCapacity, MaxRules, capacityAdvice)
 		}
-		return fmt.Errorf("fastdrop: Options.MaxRules %d: %w: at most %d", o.MaxRules, ErrCapacity, MaxRules)
+		return fmt.Errorf("fastdrop: room for %d rules asked: %w: one fast-drop program holds at most %d", o.MaxRules, ErrCapacity, MaxRules)
 	}
 	if o.IPv6Entries > MaxIPv6Entries {
 		if o.want.set {
 			return fmt.Errorf("fastdrop: %d IPv6 prefix rules: %w: one fast-drop program holds about %d (its IPv6 table has %d entries, for the prefixes and their search markers); %s",
 				o.want.v6, ErrCapacity, maxIPv6Prefixes(), MaxIPv6Entries, capacityAdvice)
 		}
-		return fmt.Errorf("fastdrop: Options.IPv6Entries %d: %w: at most %d", o.IPv6Entries, ErrCapacity, MaxIPv6Entries)
+		return fmt.Errorf("fastdrop: an IPv6 table of %d entries asked: %w: one fast-drop program has at most %d", o.IPv6Entries, ErrCapacity, MaxIPv6Entries)
 	}
 	return nil
 }
@@ -629,16 +638,16 @@ func (e *Engine) Apply(rs *RuleSet) error {
 func (e *Engine) fitsWhole(rs *RuleSet) error {
 	n, v6, dense, sparse := setCounts(rs)
 	if maxRules := (e.nslots - int(firstRule)) / 2; n > maxRules {
-		return fmt.Errorf("fastdrop: %d rules: %w (raise Options.MaxRules, now %d)", n, ErrCapacity, maxRules)
+		return fmt.Errorf("fastdrop: %d rules: %w: the program was loaded with room for %d rules; %s", n, ErrCapacity, maxRules, reloadAdvice)
 	}
 	if dense > e.groups/2 {
-		return fmt.Errorf("fastdrop: IPv4 prefixes longer than /24 in %d different /24s: %w (raise Options.IPv4Blocks, now %d)", dense, ErrCapacity, e.groups/2)
+		return fmt.Errorf("fastdrop: IPv4 prefixes longer than /24 in %d different /24s: %w: the program was loaded with room for them in %d /24s; %s", dense, ErrCapacity, e.groups/2, reloadAdvice)
 	}
 	if sparse > e.sparse/2 {
-		return fmt.Errorf("fastdrop: IPv4 host routes in %d different /24s: %w (raise Options.IPv4HostBlocks, now %d)", sparse, ErrCapacity, e.sparse/2)
+		return fmt.Errorf("fastdrop: IPv4 host routes in %d different /24s: %w: the program was loaded with room for host routes in %d /24s; %s", sparse, ErrCapacity, e.sparse/2, reloadAdvice)
 	}
 	if v6 > e.v6cap/4*3 {
-		return fmt.Errorf("fastdrop: %d IPv6 prefixes: %w (raise Options.IPv6Entries, now %d)", v6, ErrCapacity, e.v6cap)
+		return fmt.Errorf("fastdrop: %d IPv6 prefixes: %w: the program was loaded with an IPv6 table of %d entries, room for about %d; %s", v6, ErrCapacity, e.v6cap, e.v6cap/4*3, reloadAdvice)
 	}
 	return nil
 }
@@ -891,7 +900,7 @@ func (e *Engine) check(p *plan) error {
 		}
 	}
 	if maxRules := (e.nslots - int(firstRule)) / 2; len(p.rules) > maxRules {
-		return fmt.Errorf("%d rules: %w (raise Options.MaxRules, now %d)", len(p.rules), ErrCapacity, maxRules)
+		return fmt.Errorf("%d rules: %w: the program was loaded with room for %d rules; %s", len(p.rules), ErrCapacity, maxRules, reloadAdvice)
 	}
 	return nil
 }
@@ -1202,7 +1211,7 @@ func (e *Engine) commitLocked(p *plan) error {
 			p.slots[i] = nextSlot
 			nextSlot++
 		} else {
-			return fmt.Errorf("fastdrop: %d rules: no free counter slot: %w (raise Options.MaxRules)", len(p.rules), ErrCapacity)
+			return fmt.Errorf("fastdrop: %d rules: no free counter slot: %w; %s", len(p.rules), ErrCapacity, reloadAdvice)
 		}
 	}
 	old := struct {
@@ -1326,10 +1335,10 @@ func (e *Engine) compileChange(p *plan) error {
 		e.v4.allDirty = true // the inactive half may not be a copy
 	}
 	if n := e.v4.liveGroups(); n > e.groups/2 {
-		return fmt.Errorf("IPv4 prefixes longer than /24 in %d different /24s: %w (raise Options.IPv4Blocks, now %d)", n, ErrCapacity, e.groups/2)
+		return fmt.Errorf("IPv4 prefixes longer than /24 in %d different /24s: %w: the program was loaded with room for them in %d /24s; %s", n, ErrCapacity, e.groups/2, reloadAdvice)
 	}
 	if n := e.v4.liveSparse(); n > e.sparse/2 {
-		return fmt.Errorf("IPv4 host routes in %d different /24s: %w (raise Options.IPv4HostBlocks, now %d)", n, ErrCapacity, e.sparse/2)
+		return fmt.Errorf("IPv4 host routes in %d different /24s: %w: the program was loaded with room for host routes in %d /24s; %s", n, ErrCapacity, e.sparse/2, reloadAdvice)
 	}
 	if v6changed {
 		all := make([]v6Prefix, 0, len(p.rules))

@@ -363,11 +363,14 @@ func TestAddDeleteReplace(t *testing.T) {
 // largest that fits (see TestCapacityLimits).
 func TestMaxRulesLimit(t *testing.T) {
 	_, err := New(Options{MaxRules: 1 << 26})
-	if err == nil || !strings.Contains(err.Error(), "MaxRules 67108864: capacity exceeded: at most 16777208") {
+	if err == nil || !strings.Contains(err.Error(), "room for 67108864 rules asked: capacity exceeded: one fast-drop program holds at most 16777208") {
 		t.Fatalf("New with MaxRules 1<<26: %v, want the limit", err)
 	}
 }
 
+// TestCapacityErrors: a full table is refused with ErrCapacity, and the
+// error says in plain words which table and how big it was loaded (a CLI
+// user cannot act on Options field names).
 func TestCapacityErrors(t *testing.T) {
 	e := newTestEngine(t, Options{MaxRules: 100, IPv4Blocks: 4, IPv4HostBlocks: 4, IPv6Entries: 1024})
 	many := func(n int, f func(i int) string) *RuleSet {
@@ -382,11 +385,11 @@ func TestCapacityErrors(t *testing.T) {
 		rs   *RuleSet
 		want string
 	}{
-		{"rules", many(101, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.0/24", i) }), "MaxRules"},
-		{"IPv4 blocks", many(5, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.16/28", i) }), "IPv4Blocks"},
-		{"IPv4 host blocks", many(5, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.1", i) }), "IPv4HostBlocks"},
+		{"rules", many(101, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.0/24", i) }), "room for 100 rules; load the program again with bigger tables"},
+		{"IPv4 blocks", many(5, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.16/28", i) }), "IPv4 prefixes longer than /24 in 5 different /24s: capacity exceeded: the program was loaded with room for them in 4 /24s"},
+		{"IPv4 host blocks", many(5, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.1", i) }), "IPv4 host routes in 5 different /24s: capacity exceeded: the program was loaded with room for host routes in 4 /24s"},
 		// 12 hosts in one /24 are more than a sparse group holds.
-		{"IPv4 hosts, dense", many(12*5, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.%d", i/12, 1+i%12) }), "IPv4Blocks"},
+		{"IPv4 hosts, dense", many(12*5, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.%d", i/12, 1+i%12) }), "IPv4 prefixes longer than /24 in 5 different /24s"},
 		{"IPv4 blocks, all", many(4, func(i int) string { return fmt.Sprintf("drop src 10.0.%d.16/28", i) }), ""},
 		// A complete replacement needs both sets' groups and slots at once.
 		{"IPv4 blocks, all replaced", many(4, func(i int) string { return fmt.Sprintf("drop src 10.1.%d.16/28", i) }), ""},
@@ -402,7 +405,7 @@ func TestCapacityErrors(t *testing.T) {
 			continue
 		}
 		if !errors.Is(err, ErrCapacity) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want ErrCapacity naming %s", tc.name, err, tc.want)
+			t.Errorf("%s: %v, want ErrCapacity saying %q", tc.name, err, tc.want)
 		}
 	}
 	// The last good set is in force.

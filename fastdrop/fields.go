@@ -129,7 +129,7 @@ func init() {
 			checkZero: true, // a Proto without HasProto
 			check: func(r *Rule) error {
 				if !r.HasProto && r.Proto != 0 {
-					return fmt.Errorf("rule sets Proto %d without HasProto", r.Proto)
+					return fmt.Errorf("rule sets protocol %d but its protocol match is off", r.Proto)
 				}
 				return nil
 			},

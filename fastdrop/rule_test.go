@@ -32,7 +32,7 @@ func TestRuleValidateInCode(t *testing.T) {
 		{"zero action", Rule{}, "invalid action 0 (want drop, pass or redirect)"},
 		{"action 4", Rule{Action: 4}, "invalid action 4 (want drop, pass or redirect)"},
 		{"match all", Rule{Action: ActionDrop}, ""},
-		{"proto without HasProto", Rule{Action: ActionDrop, Proto: 6}, "rule sets Proto 6 without HasProto"},
+		{"proto without HasProto", Rule{Action: ActionDrop, Proto: 6}, "rule sets protocol 6 but its protocol match is off"},
 		{"proto 0", Rule{Action: ActionDrop, HasProto: true}, ""},
 		{"invalid prefix", Rule{Action: ActionDrop, Src: netip.PrefixFrom(netip.MustParseAddr("10.0.0.0"), 40)}, "src invalid Prefix is not a valid prefix"},
 		{"prefix without address", Rule{Action: ActionDrop, Dst: netip.PrefixFrom(netip.Addr{}, 0)}, ""},
@@ -100,7 +100,7 @@ func TestRuleSetValidate(t *testing.T) {
 		{"policies", RuleSet{Policy: ActionRedirect, Malformed: ActionDrop}, "", nil},
 		{"bad policy", RuleSet{Policy: 9}, "invalid policy Action(9) (want pass, drop or redirect)", nil},
 		{"bad malformed", RuleSet{Malformed: ActionRedirect}, "invalid malformed verdict redirect (want pass or drop)", nil},
-		{"bad rule", RuleSet{Rules: []Rule{a, {Action: ActionDrop, Proto: 1, Line: 7}}}, "rule 1 (line 7): rule sets Proto 1 without HasProto", nil},
+		{"bad rule", RuleSet{Rules: []Rule{a, {Action: ActionDrop, Proto: 1, Line: 7}}}, "rule 1 (line 7): rule sets protocol 1 but its protocol match is off", nil},
 		{"duplicate", RuleSet{Rules: []Rule{a, udp, a}}, "rule 2 (drop src 10.0.0.0/8): duplicate prefix rule: 10.0.0.0/8 is also rule 0 (drop src 10.0.0.0/8)", ErrDuplicatePrefix},
 		{"too many", RuleSet{Rules: func() []Rule {
 			rs := []Rule{a}

@@ -185,7 +185,7 @@ func (s FrameSpec) Build() Frame {
 		f.L3 = len(b)
 		b, f.L4, f.Payload = s.appendIPv6(b)
 	default:
-		panic(fmt.Sprintf("pktgen: Src %v and Dst %v are not both IPv4 or both IPv6", s.Src, s.Dst))
+		panic(fmt.Sprintf("pktgen: source %v and destination %v are not both IPv4 or both IPv6", s.Src, s.Dst))
 	}
 
 	if n := s.PadTo - len(b); n > 0 {

@@ -197,7 +197,7 @@ func TestCLIRedirectBadInput(t *testing.T) {
 
 	// veth has no zero-copy: a clear refusal, and nothing left attached.
 	r = cli(t, "redirect", "--iface", v.Name, "--zero-copy", "--duration", "1s")
-	requireOneLineError(t, r, 1, "zero-copy")
+	requireOneLineError(t, r, 1, "leave out --zero-copy (the kernel then chooses) or use --copy")
 	l, err := netlink.LinkByName(v.Name)
 	require.NoError(t, err)
 	require.False(t, l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached, "nothing left attached after the error")

@@ -191,7 +191,7 @@ func (r *Redirect) Unregister(queue int) error {
 // queue: each frame sees the old filter or the new one.
 func (r *Redirect) SetFilter(queue int, f Filter) error {
 	if !r.filtered {
-		return fmt.Errorf("xsk: set filter for queue %d: %w (load the program with RedirectOptions.Filters non-nil)", queue, ErrInvalidOptions)
+		return fmt.Errorf("xsk: set filter for queue %d: %w (the program was loaded without filters: load it again with them)", queue, ErrInvalidOptions)
 	}
 	if queue < 0 || queue >= MaxQueues {
 		return fmt.Errorf("xsk: set filter for queue %d: %w (0 to %d)", queue, ErrInvalidOptions, MaxQueues-1)

@@ -49,7 +49,7 @@ const txRetries = 1000
 // the socket: the handler may call the socket's methods.
 func (s *Socket) Run(ctx context.Context, h Handler) error {
 	if !s.runMu.TryLock() {
-		return fmt.Errorf("xsk: Run on ifindex %d queue %d: %w", s.ifindex, s.queue, errRunning)
+		return fmt.Errorf("xsk: receive on ifindex %d queue %d: %w", s.ifindex, s.queue, errRunning)
 	}
 	defer s.runMu.Unlock()
 	if s.closed.Load() || s.closing.Load() {
@@ -103,7 +103,7 @@ func (s *Socket) Run(ctx context.Context, h Handler) error {
 	return nil
 }
 
-var errRunning = errors.New("Run is already in progress on this socket")
+var errRunning = errors.New("another loop already drives this socket")
 
 // idle is what Run does when the RX ring is empty.
 func (s *Socket) idle(spinStart *time.Time) error {

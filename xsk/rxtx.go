@@ -241,7 +241,7 @@ func (s *Socket) Transmit(frames []Frame) (int, error) {
 		off, ok := dataOffset(s.mem, f.Data)
 		l := uint64(len(f.Data))
 		if !ok || off < base || off+l > base+s.frameSize {
-			err = fmt.Errorf("%w: frame %d: Data (%d bytes at UMEM offset %#x) is not inside its frame [%#x, %#x)",
+			err = fmt.Errorf("%w: frame %d: its data (%d bytes at UMEM offset %#x) is not inside the frame [%#x, %#x)",
 				ErrInvalidFrame, fi, l, off, base, base+s.frameSize)
 			break
 		}

@@ -332,7 +332,7 @@ func Open(opts Options) (s *Socket, err error) {
 	if err := bindRetry(s.fd, sa); err != nil {
 		switch {
 		case opts.Bind == BindZeroCopy && (errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL)):
-			return s, fmt.Errorf("xsk: bind to %s queue %d in zero-copy mode: %w (use BindCopy or BindAuto): %w",
+			return s, fmt.Errorf("xsk: bind to %s queue %d in zero-copy mode: %w (bind in copy mode, or let the kernel choose the mode): %w",
 				opts.name(), opts.Queue, ErrZeroCopyUnsupported, err)
 		case errors.Is(err, unix.EBUSY):
 			return s, fmt.Errorf("xsk: bind to %s queue %d: %w (another AF_XDP socket is bound to this queue)", opts.name(), opts.Queue, err)
@@ -398,7 +398,7 @@ func (o *Options) name() string {
 func (o *Options) fillDefaults() error {
 	if o.Ifindex == 0 {
 		if o.Interface == "" {
-			return fmt.Errorf("xsk: %w: no Interface or Ifindex", ErrInvalidOptions)
+			return fmt.Errorf("xsk: %w: no interface given (by name or by index)", ErrInvalidOptions)
 		}
 		ifi, err := net.InterfaceByName(o.Interface)
 		if err != nil {

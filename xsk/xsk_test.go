@@ -447,7 +447,9 @@ func TestZeroCopyRefused(t *testing.T) {
 	if !errors.Is(err, xsk.ErrZeroCopyUnsupported) || !errors.Is(err, unix.EOPNOTSUPP) {
 		t.Fatalf("zero-copy bind on veth: %v, want ErrZeroCopyUnsupported wrapping EOPNOTSUPP", err)
 	}
-	if !strings.Contains(err.Error(), "BindCopy") {
+	// In words a user of the CLI can act on too (ErrZeroCopyUnsupported's
+	// doc names BindCopy and BindAuto for Go callers).
+	if !strings.Contains(err.Error(), "(bind in copy mode, or let the kernel choose the mode)") {
 		t.Errorf("error does not say what to do instead: %v", err)
 	}
 	if after := fds(t); !slices.Equal(before, after) {

@@ -225,20 +225,45 @@ func TestHintCheckerCatches(t *testing.T) {
 }
 
 // identSources are the packages whose error texts must name no Go
-// identifiers: the CLI and the loader, whose errors the CLI prints as they
-// are. (fastdrop's and xsk's capacity and option errors name Options
-// fields for Go callers; the CLI does not pass those on unexplained.)
-var identSources = []string{".", "../../loader"}
+// identifiers: the CLI and every package whose errors the CLI prints as
+// they are. Their errors are written for both audiences: in plain words
+// (the table that is full, "bind in copy mode"), which a Go caller maps
+// to an option through the package's documentation (fastdrop.ErrCapacity
+// lists the Options fields), and where the CLI can say more it wraps the
+// error with its flags (redirect: "leave out --zero-copy").
+var identSources = []string{
+	".",
+	"../../loader",
+	"../../fastdrop",
+	"../../xsk",
+	"../../benchmark",
+	"../../pktgen",
+	"../../metrics",
+	"../../sandbox",
+	"../../internal/bpffs",
+	"../../internal/caps",
+	"../../internal/ethtool",
+}
 
-// plainWords are identifiers that are also units or words in output.
-var plainWords = map[string]bool{"Mpps": true}
+// plainWords are identifiers that are also units or words in output:
+// CPUs is a plural, EtherType the Ethernet field's name in IEEE 802.3.
+var plainWords = map[string]bool{"Mpps": true, "CPUs": true, "EtherType": true}
 
 // TestErrorsNameNoGoIdentifiers: text that reaches the CLI names no Go
-// identifiers of the packages (CleanStale, DetachInterface, set Force):
-// a user of the CLI cannot act on them.
+// identifiers of the packages (CleanStale, DetachInterface, set Force,
+// raise Options.MaxRules): a user of the CLI cannot act on them.
 func TestErrorsNameNoGoIdentifiers(t *testing.T) {
+	idents := goIdents(t, identSources)
+	bad := identProblems(idents, errorLiterals(t, identSources))
+	require.Empty(t, bad, "error texts that name Go identifiers:\n%s", strings.Join(bad, "\n"))
+}
+
+// goIdents are the names the packages in dirs declare: functions and
+// methods, types, constants and variables, struct fields.
+func goIdents(t *testing.T, dirs []string) map[string]bool {
+	t.Helper()
 	idents := map[string]bool{}
-	eachSourceFile(t, identSources, func(fset *token.FileSet, f *ast.File) {
+	eachSourceFile(t, dirs, func(fset *token.FileSet, f *ast.File) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.FuncDecl:
@@ -257,24 +282,59 @@ func TestErrorsNameNoGoIdentifiers(t *testing.T) {
 			return true
 		})
 	})
-	// Exported (upper-case first letter), not an acronym (XDP, TCP), and
-	// not the first word of a sentence.
+	return idents
+}
+
+// identProblems returns the words of lits that are exported Go
+// identifiers in idents: upper-case first letter, not an acronym (XDP,
+// TCP), not in plainWords, and not the first word of the text or of a
+// sentence (after ". "). Both halves of a selector count: in
+// "Options.MaxRules" the period is not the end of a sentence.
+func identProblems(idents map[string]bool, lits []literal) []string {
 	word := regexp.MustCompile(`[A-Za-z][A-Za-z0-9]*`)
 	var bad []string
-	for _, l := range errorLiterals(t, identSources) {
+	for _, l := range lits {
 		for _, loc := range word.FindAllStringIndex(l.text, -1) {
 			w := l.text[loc[0]:loc[1]]
 			if !idents[w] || w[0] < 'A' || w[0] > 'Z' || strings.ToUpper(w) == w || plainWords[w] {
 				continue
 			}
-			before := strings.TrimRight(l.text[:loc[0]], " ")
-			if before == "" || strings.HasSuffix(before, ".") {
+			head := l.text[:loc[0]]
+			before := strings.TrimRight(head, " ")
+			if before == "" || (len(before) < len(head) && strings.HasSuffix(before, ".")) {
 				continue // the start of a sentence
 			}
 			bad = append(bad, l.pos+": "+w+" in "+strconv.Quote(l.text))
 		}
 	}
-	require.Empty(t, bad, "error texts that name Go identifiers:\n%s", strings.Join(bad, "\n"))
+	return bad
+}
+
+// TestIdentCheckerCatches: the checker above finds the identifiers of
+// the errors it was written for, both halves of a selector among them,
+// and lets plain words and sentence starts through.
+func TestIdentCheckerCatches(t *testing.T) {
+	idents := map[string]bool{"Options": true, "MaxRules": true, "BindCopy": true, "BindAuto": true,
+		"Run": true, "CPUs": true, "Force": true, "Interface": true}
+	for text, want := range map[string][]string{
+		"%d rules: %w (raise Options.MaxRules, now %d)":  {"Options", "MaxRules"},
+		"zero-copy mode: %w (use BindCopy or BindAuto)":  {"BindCopy", "BindAuto"},
+		"xsk: Run on ifindex %d":                         {"Run"},
+		"fastdrop: Options.MaxRules %d":                  {"Options", "MaxRules"},
+		"replace it, or set Force":                       {"Force"},
+		"Run is busy. Interface %s is gone":              nil,
+		"count possible CPUs: %w":                        nil,
+		"the program was loaded with room for %d rules":  nil,
+		"bind in copy mode, or let the kernel choose it": nil,
+	} {
+		bad := identProblems(idents, []literal{{"x.go:1", text}})
+		var got []string
+		for _, b := range bad {
+			w, _, _ := strings.Cut(strings.TrimPrefix(b, "x.go:1: "), " in ")
+			got = append(got, w)
+		}
+		require.Equal(t, want, got, text)
+	}
 }
 
 // errorLiterals are the string literals passed to fmt.Errorf, errors.New

@@ -269,6 +269,9 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 	defer func() { err = errors.Join(err, att.Close()) }()
 
 	qs, err := xsk.OpenQueues(red, queues, xsk.QueueOptions{Socket: sockOpts, SharedUMEM: f.sharedUMEM})
+	if errors.Is(err, xsk.ErrZeroCopyUnsupported) {
+		return fmt.Errorf("%w; leave out --zero-copy (the kernel then chooses) or use --copy", err)
+	}
 	if err != nil {
 		return err
 	}
