@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdpdrop/xdpdrop/internal/testenv"
 )
 
 // TestProductDoesNotImportTestHarness checks that the CLI and the product
@@ -14,7 +16,7 @@ import (
 // internal/testenv.
 func TestProductDoesNotImportTestHarness(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command in PATH to list the imports with")
+		testenv.SkipOrFail(t, "no go command in PATH to list the imports with")
 	}
 	// Without -test, .Imports are what the non-test files import.
 	deps, err := exec.Command("go", "list", "-f", `{{.ImportPath}}: {{join .Imports " "}}`,
