@@ -125,11 +125,11 @@ func (s *Socket) release(frames []Frame) (done int, err error) {
 	prod := s.fill.prod
 	var k uint32
 	for i := range frames {
-		// The common case inline (a frame this socket handed out, held);
-		// hold handles the rest and the errors.
+		// The common case through holds (inlined: a frame this socket
+		// handed out, held); hold handles the rest and the errors.
 		f := &frames[i]
 		fi := (f.addr & addrMask) >> s.shift
-		if uint16(f.addr>>unalignedOffsetShift) != s.id || fi >= uint64(len(s.state)) || s.state[fi] != placeHeld {
+		if !s.holds(*f) {
 			var e error
 			if fi, e = s.hold(f); e != nil {
 				err = e
