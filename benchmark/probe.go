@@ -337,16 +337,11 @@ func (r *caseRun) setupRx() error {
 	}
 	r.env.onClose(qs.Close)
 	s := qs.Sockets[0]
-	var arrived func() (uint64, error)
+	arrived, err := r.l2fwdArrivals()
+	if err != nil {
+		return err
+	}
 	if r.c.Kind == L2Fwd {
-		objs, read, err := r.loadCounter()
-		if err != nil {
-			return err
-		}
-		if err := r.attachPeerCounter(objs); err != nil {
-			return err
-		}
-		arrived = read
 		r.app = func(ctx context.Context) error {
 			return errors.Join(xsk.L2Fwd(ctx, s, xsk.ModeOptions{}), drainTX(s))
 		}
@@ -381,16 +376,35 @@ func (r *caseRun) setupRx() error {
 		c.completed, c.appTxDropped = st.Completed, st.TxDropped
 		c.syscalls = st.RxWakeups + st.TxKicks + st.Polls
 		if arrived != nil {
-			if c.arrived, err = arrived(); err != nil {
-				return err
-			}
-			if c.linkTxDropped, err = r.env.txDropped(false); err != nil {
-				return err
-			}
+			return arrived(c)
 		}
 		return nil
 	}
 	return nil
+}
+
+// l2fwdArrivals is, for l2fwd, what counts the frames that come back to
+// the peer end: it attaches a counter there and returns how to read it,
+// with the link's drops, into counts. nil for the other kinds.
+func (r *caseRun) l2fwdArrivals() (func(*counts) error, error) {
+	if r.c.Kind != L2Fwd {
+		return nil, nil
+	}
+	objs, read, err := r.loadCounter()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.attachPeerCounter(objs); err != nil {
+		return nil, err
+	}
+	return func(c *counts) error {
+		var err error
+		if c.arrived, err = read(); err != nil {
+			return err
+		}
+		c.linkTxDropped, err = r.env.txDropped(false)
+		return err
+	}, nil
 }
 
 // setupTx prepares txonly: the socket sends from the peer end into the

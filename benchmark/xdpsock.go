@@ -154,16 +154,9 @@ func (r *caseRun) setupXDPSock() error {
 		return err
 	}
 	r.ext = &external{path: r.opts.XDPSock, args: xdpsockArgs(r.c, r.opts, r.env.host), out: &syncBuffer{}}
-	var arrived func() (uint64, error)
-	if r.c.Kind == L2Fwd {
-		objs, read, err := r.loadCounter()
-		if err != nil {
-			return err
-		}
-		if err := r.attachPeerCounter(objs); err != nil {
-			return err
-		}
-		arrived = read
+	arrived, err := r.l2fwdArrivals()
+	if err != nil {
+		return err
 	}
 	r.read = func(c *counts) error {
 		st, err := r.env.hostTool.Stats(r.env.host)
@@ -181,12 +174,7 @@ func (r *caseRun) setupXDPSock() error {
 		c.completed, c.appRx = x.tx, x.rx
 		c.syscalls = x.syscalls
 		if arrived != nil {
-			if c.arrived, err = arrived(); err != nil {
-				return err
-			}
-			if c.linkTxDropped, err = r.env.txDropped(false); err != nil {
-				return err
-			}
+			return arrived(c)
 		}
 		return nil
 	}
