@@ -61,7 +61,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 1,
+	FD_LAYOUT_VERSION = 2,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 64,     /* struct fd_rule_rec */
@@ -167,7 +167,9 @@ enum fd_layout {
 	/* Byte offsets in struct fd_main (the value of fd_main): the state,
 	 * the stamp, then the halves, each its fd_conf, its compound
 	 * tables and its tbl24 (struct fd_half, FD_HALF_SIZE bytes). */
+	FD_MAIN_CAP_ACTIVE = 16,
 	FD_MAIN_STAMP = 64,
+	FD_MAIN_CAP = 1024,
 	FD_MAIN_HALF = 4096,
 	FD_HALF_CLS = 4096,
 	FD_HALF_TBL24 = FD_HALF_CLS + FD_CLS_SIZE,
@@ -379,6 +381,8 @@ struct fd_result {
 	__u32 index;
 };
 
+#include "capture.h"
+
 /* ---- maps ---- */
 
 /* One half of the rule set: everything of a fixed size that packets read
@@ -400,14 +404,22 @@ struct fd_half {
  * writes it through mmap: the inactive half, then state.active. */
 struct fd_main {
 	struct fd_state state;
-	__u8 pad0[FD_MAIN_STAMP - sizeof(struct fd_state)];
+	/* Bit i: capture slot i is in use (capture.h). Non-zero makes the
+	 * program offer each frame to fd_cap_sample; beside state.active,
+	 * in the cache line every frame reads anyway. */
+	__u32 cap_active;
+	__u8 pad0[FD_MAIN_STAMP - FD_MAIN_CAP_ACTIVE - 4];
 	struct fd_stamp stamp;
-	__u8 pad[FD_MAIN_HALF - FD_MAIN_STAMP - sizeof(struct fd_stamp)];
+	__u8 pad1[FD_MAIN_CAP - FD_MAIN_STAMP - sizeof(struct fd_stamp)];
+	struct fd_cap_ctl cap;
+	__u8 pad[FD_MAIN_HALF - FD_MAIN_CAP - sizeof(struct fd_cap_ctl)];
 	struct fd_half half[2];
 };
 
 _Static_assert(sizeof(struct fd_state) <= FD_MAIN_STAMP, "fd_main layout");
 _Static_assert(__builtin_offsetof(struct fd_main, stamp) == FD_MAIN_STAMP, "fd_main layout");
+_Static_assert(__builtin_offsetof(struct fd_main, cap_active) == FD_MAIN_CAP_ACTIVE, "fd_main layout");
+_Static_assert(__builtin_offsetof(struct fd_main, cap) == FD_MAIN_CAP, "fd_main layout");
 _Static_assert(sizeof(struct fd_conf) <= FD_HALF_CLS, "fd_half layout");
 _Static_assert(sizeof(struct fd_v6_ent) == FD_V6_ENT_SIZE, "fd_v6_ent size");
 _Static_assert(sizeof(struct counter) == FD_COUNTER_SIZE, "counter size");
@@ -496,6 +508,10 @@ volatile const struct {
 	struct fd_stamp stamp;
 	struct fd_conf conf;
 	struct counter counter;
+	enum fd_cap_layout cap_layout;
+	struct fd_cap_ctl cap;
+	struct fd_cap_cnt cap_cnt;
+	struct fd_cap_rec cap_rec;
 } fd_btf_anchor = {};
 
 /* ---- compound rules: bit-vector classifier ---- */

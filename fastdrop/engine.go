@@ -230,6 +230,8 @@ var mapNames = []string{
 	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV4Sparse, gen.FastdropMapFdV6Tab,
 	gen.FastdropMapFdCounters,
 	gen.FastdropMapFdRules,
+	// Captures (package capture): per-CPU counts and each capture's ring.
+	gen.FastdropMapFdCapCpu, gen.FastdropMapFdCapRings,
 }
 
 // Engine owns the drop program and its maps: it compiles rule sets into
@@ -325,6 +327,7 @@ func New(opts Options) (*Engine, error) {
 	spec.Maps[gen.FastdropMapFdCounters].MaxEntries = uint32(ncpu)
 	spec.Maps[gen.FastdropMapFdCounters].ValueSize = uint32(nslots * counterSize)
 	spec.Maps[gen.FastdropMapFdRules].MaxEntries = uint32(nslots)
+	spec.Maps[gen.FastdropMapFdCapCpu].MaxEntries = uint32(ncpu)
 	if err := spec.Variables[gen.FastdropVarFdCounterSlots].Set(uint32(nslots)); err != nil {
 		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdCounterSlots, err)
 	}

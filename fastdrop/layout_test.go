@@ -17,12 +17,14 @@ import (
 // xdpdrop misread pins of the last one.
 var layoutFingerprints = map[uint32]string{
 	1: "dab52b0dcc0fafab",
+	2: "5b80623e3dd13a03", // capture slots in fd_main, fd_cap_cpu
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.
 var layoutTypes = []string{
 	"fd_layout", "fd_action", "fd_field", "fd_rec_flags",
 	"fd_state", "fd_stamp", "fd_conf", "fd_bm", "fd_rule_rec", "fd_v6_ent", "fd_v4_sparse", "counter",
+	"fd_cap_layout", "fd_cap_ctl", "fd_cap_sel", "fd_cap_cnt", "fd_cap_rec", "fd_cap_cpu",
 }
 
 // layoutFingerprint describes layoutTypes from the object's BTF (names,

@@ -33,6 +33,71 @@ type FastdropFdBm struct {
 	W [4]uint64
 }
 
+type FastdropFdCapCnt struct {
+	_     structs.HostLayout
+	Seen  uint64
+	Sent  uint64
+	Lost  uint64
+	Win   uint64
+	Nwin  uint32
+	Skip  uint32
+	Nonce uint32
+	Pad   uint32
+}
+
+type FastdropFdCapCpu struct {
+	_    structs.HostLayout
+	Cnt  [8]FastdropFdCapCnt
+	Rec  FastdropFdCapRec
+	Data [9216]uint8
+}
+
+type FastdropFdCapCtl struct {
+	_       structs.HostLayout
+	Claimed uint32
+	Pad     [15]uint32
+	Sel     [8]FastdropFdCapSel
+}
+
+type FastdropFdCapLayout uint32
+
+const (
+	FastdropFdCapLayoutFD_CAP_SLOTS       FastdropFdCapLayout = 8
+	FastdropFdCapLayoutFD_CAP_SNAP_MAX    FastdropFdCapLayout = 9216
+	FastdropFdCapLayoutFD_CAP_RING        FastdropFdCapLayout = 2097152
+	FastdropFdCapLayoutFD_CAP_V_DROP      FastdropFdCapLayout = 2
+	FastdropFdCapLayoutFD_CAP_V_PASS      FastdropFdCapLayout = 4
+	FastdropFdCapLayoutFD_CAP_V_REDIRECT  FastdropFdCapLayout = 16
+	FastdropFdCapLayoutFD_CAP_V_MALFORMED FastdropFdCapLayout = 256
+)
+
+type FastdropFdCapRec struct {
+	_       structs.HostLayout
+	Tstamp  uint64
+	Len     uint32
+	Caplen  uint32
+	Val     uint32
+	Nonce   uint32
+	Cpu     uint32
+	Queue   uint32
+	Verdict uint8
+	Class   uint8
+	Flags   uint8
+	Pad     [5]uint8
+}
+
+type FastdropFdCapSel struct {
+	_        structs.HostLayout
+	Nonce    uint32
+	Verdicts uint32
+	Slot     uint32
+	Queue    uint32
+	Every    uint32
+	PerSec   uint32
+	Snaplen  uint32
+	Owner    uint32
+}
+
 type FastdropFdClass uint32
 
 const (
@@ -78,75 +143,77 @@ const (
 type FastdropFdLayout uint32
 
 const (
-	FastdropFdLayoutFD_MAX_COMPOUND   FastdropFdLayout = 256
-	FastdropFdLayoutFD_BM_WORDS       FastdropFdLayout = 4
-	FastdropFdLayoutFD_KINDS          FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 1
-	FastdropFdLayoutFD_REC_SIZE       FastdropFdLayout = 64
-	FastdropFdLayoutFD_COUNTER_SIZE   FastdropFdLayout = 16
-	FastdropFdLayoutFD_V6ENT_SIZE     FastdropFdLayout = 32
-	FastdropFdLayoutFD_VAL_ACT_SHIFT  FastdropFdLayout = 29
-	FastdropFdLayoutFD_VAL_SLOT_MASK  FastdropFdLayout = 536870911
-	FastdropFdLayoutFD_SLOT_MALFORMED FastdropFdLayout = 0
-	FastdropFdLayoutFD_SLOT_DEFAULT   FastdropFdLayout = 4
-	FastdropFdLayoutFD_SLOT_RETIRED   FastdropFdLayout = 8
-	FastdropFdLayoutFD_SLOT_RULES     FastdropFdLayout = 16
-	FastdropFdLayoutFD_DIRECT         FastdropFdLayout = 65536
-	FastdropFdLayoutFD_FRONT_PORTS_N  FastdropFdLayout = 262144
-	FastdropFdLayoutFD_FRONT_PROTO_N  FastdropFdLayout = 1024
-	FastdropFdLayoutFD_TAB_ETHER      FastdropFdLayout = 0
-	FastdropFdLayoutFD_TAB_SPORT      FastdropFdLayout = 65536
-	FastdropFdLayoutFD_TAB_DPORT      FastdropFdLayout = 131072
-	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 196608
-	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 262144
-	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 327680
-	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 393216
-	FastdropFdLayoutFD_TAB_PROTO      FastdropFdLayout = 458752
-	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 459776
-	FastdropFdLayoutFD_TAB_CHUNK      FastdropFdLayout = 256
-	FastdropFdLayoutFD_TAB_CHUNKS     FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2556928
-	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2819072
-	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2820096
-	FastdropFdLayoutFD_TAB_W4L1       FastdropFdLayout = 1048576
-	FastdropFdLayoutFD_TAB_W4CHUNK    FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4917248
-	FastdropFdLayoutFD_TAB_W4CHUNKS   FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5441536
-	FastdropFdLayoutFD_TAB_EXT        FastdropFdLayout = 32768
-	FastdropFdLayoutFD_BM_FIELD       FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 8192
-	FastdropFdLayoutFD_BM_FRONTS      FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 12288
-	FastdropFdLayoutFD_B64ETHER       FastdropFdLayout = 0
-	FastdropFdLayoutFD_B64SPORT       FastdropFdLayout = 65536
-	FastdropFdLayoutFD_B64DPORT       FastdropFdLayout = 131072
-	FastdropFdLayoutFD_B64PROTO       FastdropFdLayout = 196608
-	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 197120
-	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 198144
-	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 199168
-	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 200192
-	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 201216
-	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 463360
-	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 464384
-	FastdropFdLayoutFD_CLS_TAB        FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10883072
-	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11276288
-	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 14991360
-	FastdropFdLayoutFD_V4TBL24        FastdropFdLayout = 16777216
-	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
-	FastdropFdLayoutFD_V4SPARSE_MAX   FastdropFdLayout = 11
-	FastdropFdLayoutFD_V4SPARSE_SIZE  FastdropFdLayout = 64
-	FastdropFdLayoutFD_MAIN_STAMP     FastdropFdLayout = 64
-	FastdropFdLayoutFD_MAIN_HALF      FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_CLS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 14995456
-	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82104320
-	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
-	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
-	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
-	FastdropFdLayoutFD_V6PROBES       FastdropFdLayout = 16
-	FastdropFdLayoutFD_V6DEPTH        FastdropFdLayout = 8
+	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
+	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
+	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 2
+	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 64
+	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
+	FastdropFdLayoutFD_V6ENT_SIZE      FastdropFdLayout = 32
+	FastdropFdLayoutFD_VAL_ACT_SHIFT   FastdropFdLayout = 29
+	FastdropFdLayoutFD_VAL_SLOT_MASK   FastdropFdLayout = 536870911
+	FastdropFdLayoutFD_SLOT_MALFORMED  FastdropFdLayout = 0
+	FastdropFdLayoutFD_SLOT_DEFAULT    FastdropFdLayout = 4
+	FastdropFdLayoutFD_SLOT_RETIRED    FastdropFdLayout = 8
+	FastdropFdLayoutFD_SLOT_RULES      FastdropFdLayout = 16
+	FastdropFdLayoutFD_DIRECT          FastdropFdLayout = 65536
+	FastdropFdLayoutFD_FRONT_PORTS_N   FastdropFdLayout = 262144
+	FastdropFdLayoutFD_FRONT_PROTO_N   FastdropFdLayout = 1024
+	FastdropFdLayoutFD_TAB_ETHER       FastdropFdLayout = 0
+	FastdropFdLayoutFD_TAB_SPORT       FastdropFdLayout = 65536
+	FastdropFdLayoutFD_TAB_DPORT       FastdropFdLayout = 131072
+	FastdropFdLayoutFD_TAB_SRC4        FastdropFdLayout = 196608
+	FastdropFdLayoutFD_TAB_DST4        FastdropFdLayout = 262144
+	FastdropFdLayoutFD_TAB_SRC6        FastdropFdLayout = 327680
+	FastdropFdLayoutFD_TAB_DST6        FastdropFdLayout = 393216
+	FastdropFdLayoutFD_TAB_PROTO       FastdropFdLayout = 458752
+	FastdropFdLayoutFD_TAB_POOL        FastdropFdLayout = 459776
+	FastdropFdLayoutFD_TAB_CHUNK       FastdropFdLayout = 256
+	FastdropFdLayoutFD_TAB_CHUNKS      FastdropFdLayout = 8192
+	FastdropFdLayoutFD_TAB_FPORTS      FastdropFdLayout = 2556928
+	FastdropFdLayoutFD_TAB_FPROTO      FastdropFdLayout = 2819072
+	FastdropFdLayoutFD_TAB_W4          FastdropFdLayout = 2820096
+	FastdropFdLayoutFD_TAB_W4L1        FastdropFdLayout = 1048576
+	FastdropFdLayoutFD_TAB_W4CHUNK     FastdropFdLayout = 4096
+	FastdropFdLayoutFD_TAB_W4POOL      FastdropFdLayout = 4917248
+	FastdropFdLayoutFD_TAB_W4CHUNKS    FastdropFdLayout = 128
+	FastdropFdLayoutFD_TAB_HALF        FastdropFdLayout = 5441536
+	FastdropFdLayoutFD_TAB_EXT         FastdropFdLayout = 32768
+	FastdropFdLayoutFD_BM_FIELD        FastdropFdLayout = 1024
+	FastdropFdLayoutFD_BM_FRONT        FastdropFdLayout = 8192
+	FastdropFdLayoutFD_BM_FRONTS       FastdropFdLayout = 4096
+	FastdropFdLayoutFD_BM_HALF         FastdropFdLayout = 12288
+	FastdropFdLayoutFD_B64ETHER        FastdropFdLayout = 0
+	FastdropFdLayoutFD_B64SPORT        FastdropFdLayout = 65536
+	FastdropFdLayoutFD_B64DPORT        FastdropFdLayout = 131072
+	FastdropFdLayoutFD_B64PROTO        FastdropFdLayout = 196608
+	FastdropFdLayoutFD_B64SRC4         FastdropFdLayout = 197120
+	FastdropFdLayoutFD_B64DST4         FastdropFdLayout = 198144
+	FastdropFdLayoutFD_B64SRC6         FastdropFdLayout = 199168
+	FastdropFdLayoutFD_B64DST6         FastdropFdLayout = 200192
+	FastdropFdLayoutFD_B64PORTS        FastdropFdLayout = 201216
+	FastdropFdLayoutFD_B64FRONT        FastdropFdLayout = 463360
+	FastdropFdLayoutFD_B64HALF         FastdropFdLayout = 464384
+	FastdropFdLayoutFD_CLS_TAB         FastdropFdLayout = 0
+	FastdropFdLayoutFD_CLS_BM          FastdropFdLayout = 10883072
+	FastdropFdLayoutFD_CLS_B64         FastdropFdLayout = 11276288
+	FastdropFdLayoutFD_CLS_SIZE        FastdropFdLayout = 14991360
+	FastdropFdLayoutFD_V4TBL24         FastdropFdLayout = 16777216
+	FastdropFdLayoutFD_V4GROUP         FastdropFdLayout = 256
+	FastdropFdLayoutFD_V4SPARSE_MAX    FastdropFdLayout = 11
+	FastdropFdLayoutFD_V4SPARSE_SIZE   FastdropFdLayout = 64
+	FastdropFdLayoutFD_MAIN_CAP_ACTIVE FastdropFdLayout = 16
+	FastdropFdLayoutFD_MAIN_STAMP      FastdropFdLayout = 64
+	FastdropFdLayoutFD_MAIN_CAP        FastdropFdLayout = 1024
+	FastdropFdLayoutFD_MAIN_HALF       FastdropFdLayout = 4096
+	FastdropFdLayoutFD_HALF_CLS        FastdropFdLayout = 4096
+	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 14995456
+	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 82104320
+	FastdropFdLayoutFD_V6USED          FastdropFdLayout = 1
+	FastdropFdLayoutFD_V6MARKER        FastdropFdLayout = 2
+	FastdropFdLayoutFD_V6PREFIX        FastdropFdLayout = 4
+	FastdropFdLayoutFD_V6PROBES        FastdropFdLayout = 16
+	FastdropFdLayoutFD_V6DEPTH         FastdropFdLayout = 8
 )
 
 type FastdropFdRecFlags uint32
@@ -230,6 +297,8 @@ type FastdropFdV6Ent struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	FastdropMapFdCapCpu          = "fd_cap_cpu"
+	FastdropMapFdCapRings        = "fd_cap_rings"
 	FastdropMapFdCounters        = "fd_counters"
 	FastdropMapFdMain            = "fd_main"
 	FastdropMapFdRules           = "fd_rules"
@@ -293,6 +362,8 @@ type FastdropProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastdropMapSpecs struct {
+	FdCapCpu   *ebpf.MapSpec `ebpf:"fd_cap_cpu"`
+	FdCapRings *ebpf.MapSpec `ebpf:"fd_cap_rings"`
 	FdCounters *ebpf.MapSpec `ebpf:"fd_counters"`
 	FdMain     *ebpf.MapSpec `ebpf:"fd_main"`
 	FdRules    *ebpf.MapSpec `ebpf:"fd_rules"`
@@ -330,6 +401,8 @@ func (o *FastdropObjects) Close() error {
 //
 // It can be passed to LoadFastdropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastdropMaps struct {
+	FdCapCpu   *ebpf.Map `ebpf:"fd_cap_cpu"`
+	FdCapRings *ebpf.Map `ebpf:"fd_cap_rings"`
 	FdCounters *ebpf.Map `ebpf:"fd_counters"`
 	FdMain     *ebpf.Map `ebpf:"fd_main"`
 	FdRules    *ebpf.Map `ebpf:"fd_rules"`
@@ -340,6 +413,8 @@ type FastdropMaps struct {
 
 func (m *FastdropMaps) Close() error {
 	return _FastdropClose(
+		m.FdCapCpu,
+		m.FdCapRings,
 		m.FdCounters,
 		m.FdMain,
 		m.FdRules,

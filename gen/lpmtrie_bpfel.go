@@ -19,6 +19,36 @@ type LpmtrieCounter struct {
 	Bytes   uint64
 }
 
+type LpmtrieFdCapCpu struct {
+	_   structs.HostLayout
+	Cnt [8]struct {
+		_     structs.HostLayout
+		Seen  uint64
+		Sent  uint64
+		Lost  uint64
+		Win   uint64
+		Nwin  uint32
+		Skip  uint32
+		Nonce uint32
+		Pad   uint32
+	}
+	Rec struct {
+		_       structs.HostLayout
+		Tstamp  uint64
+		Len     uint32
+		Caplen  uint32
+		Val     uint32
+		Nonce   uint32
+		Cpu     uint32
+		Queue   uint32
+		Verdict uint8
+		Class   uint8
+		Flags   uint8
+		Pad     [5]uint8
+	}
+	Data [9216]uint8
+}
+
 type LpmtrieFdLpm4Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -65,6 +95,8 @@ type LpmtrieFdV4Sparse struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	LpmtrieMapFdCapCpu        = "fd_cap_cpu"
+	LpmtrieMapFdCapRings      = "fd_cap_rings"
 	LpmtrieMapFdCounters      = "fd_counters"
 	LpmtrieMapFdLpm4          = "fd_lpm4"
 	LpmtrieMapFdLpm6          = "fd_lpm6"
@@ -129,6 +161,8 @@ type LpmtrieProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LpmtrieMapSpecs struct {
+	FdCapCpu      *ebpf.MapSpec `ebpf:"fd_cap_cpu"`
+	FdCapRings    *ebpf.MapSpec `ebpf:"fd_cap_rings"`
 	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
 	FdLpm4        *ebpf.MapSpec `ebpf:"fd_lpm4"`
 	FdLpm6        *ebpf.MapSpec `ebpf:"fd_lpm6"`
@@ -169,6 +203,8 @@ func (o *LpmtrieObjects) Close() error {
 //
 // It can be passed to LoadLpmtrieObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LpmtrieMaps struct {
+	FdCapCpu      *ebpf.Map `ebpf:"fd_cap_cpu"`
+	FdCapRings    *ebpf.Map `ebpf:"fd_cap_rings"`
 	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
 	FdLpm4        *ebpf.Map `ebpf:"fd_lpm4"`
 	FdLpm6        *ebpf.Map `ebpf:"fd_lpm6"`
@@ -182,6 +218,8 @@ type LpmtrieMaps struct {
 
 func (m *LpmtrieMaps) Close() error {
 	return _LpmtrieClose(
+		m.FdCapCpu,
+		m.FdCapRings,
 		m.FdCounters,
 		m.FdLpm4,
 		m.FdLpm6,
