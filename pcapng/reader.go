@@ -46,8 +46,8 @@ func NewReader(r io.Reader) (*Reader, error) {
 // so far.
 func (r *Reader) Interfaces() []Interface { return r.ifaces }
 
-// Next returns the next packet; io.EOF at the end. Its Data and options
-// are valid until the next call.
+// Next returns the next packet; io.EOF at the end. Its Data is valid
+// until the next call; its options are its own.
 func (r *Reader) Next() (Packet, error) {
 	for {
 		typ, body, err := r.block()
@@ -109,7 +109,7 @@ func (r *Reader) epb(body []byte) (Packet, error) {
 				p.Queue, p.HasQueue = o.Uint32(v), true
 			}
 		case epbVerdict:
-			p.Verdicts = append(p.Verdicts, v)
+			p.Verdicts = append(p.Verdicts, append([]byte(nil), v...))
 		}
 	})
 	return p, err
