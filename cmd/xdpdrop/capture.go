@@ -222,7 +222,7 @@ func (o *captureOut) ruleText(s *capture.Sample) (string, string) {
 		if r.line > 0 {
 			return strconv.Itoa(r.line), r.text
 		}
-		return "-", r.text
+		return "", r.text // added by 'rules add': no line
 	}
 	return "?", "" // a rule added after the capture started, not yet known
 }
@@ -230,7 +230,10 @@ func (o *captureOut) ruleText(s *capture.Sample) (string, string) {
 func (o *captureOut) write(s *capture.Sample) error {
 	rule, text := o.ruleText(s)
 	if o.png != nil {
-		c := fmt.Sprintf("verdict=%s rule=%s", strings.ReplaceAll(s.VerdictName(), " ", ","), rule)
+		c := "verdict=" + strings.ReplaceAll(s.VerdictName(), " ", ",")
+		if rule != "" {
+			c += " rule=" + rule
+		}
 		if text != "" {
 			c += fmt.Sprintf(" rule_text=%q", text)
 		}
@@ -240,7 +243,10 @@ func (o *captureOut) write(s *capture.Sample) error {
 			HasQueue: true, Queue: uint32(s.Queue), Verdicts: [][]byte{pcapng.XDPVerdict(uint64(s.Action))},
 		})
 	}
-	by := "rule " + rule
+	by := "rule"
+	if rule != "" {
+		by += " " + rule
+	}
 	if text != "" {
 		by += fmt.Sprintf(" %q", text)
 	}
