@@ -325,3 +325,27 @@ func hexString(p []byte) string {
 	}
 	return s.String()
 }
+
+// TestCLICaptureNoticesDetach: a capture whose program goes away ends
+// with an error that says why and what to do.
+func TestCLICaptureNoticesDetach(t *testing.T) {
+	v := sandboxForCLI(t)
+	r := cli(t, "drop", "--iface", v.Name, "--deny", "198.18.0.0/16", "--mode", "driver")
+	require.Equal(t, 0, r.code, r.stderr)
+	c, _, cErr := startCapture(t, nil, "--iface", v.Name)
+	r = cli(t, "detach", "--iface", v.Name)
+	require.Equal(t, 0, r.code, r.stderr)
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "stderr: %s", cErr.String())
+		require.Equal(t, 1, ee.ExitCode())
+		time.Sleep(50 * time.Millisecond)
+		require.Contains(t, cErr.String(), "xdpdrop: the fast drop this capture reads from is no longer attached to "+v.Name)
+		require.Contains(t, cErr.String(), "0 frames seen, 0 captured, 0 lost")
+	case <-time.After(10 * time.Second):
+		t.Fatalf("capture still running 10s after detach; stderr: %s", cErr.String())
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/xdpdrop/xdpdrop/capture"
 	"github.com/xdpdrop/xdpdrop/fastdrop"
+	"github.com/xdpdrop/xdpdrop/loader"
 	"github.com/xdpdrop/xdpdrop/pcapng"
 )
 
@@ -322,7 +323,7 @@ func (a *app) capture(ctx context.Context, f *captureFlags) error {
 		return err
 	}
 	fmt.Fprintf(a.stderr, "capturing on %s, snap length %d; stop with Ctrl-C\n", f.iface, f.snaplen)
-	res, runErr := a.captureLoop(ctx, f, cs, c, out, eng)
+	res, runErr := a.captureLoop(ctx, f, cs, c, out, eng, att)
 	closeErr := c.Close()
 	st, _ := c.Stats()
 	flushErr := out.flush()
@@ -335,7 +336,7 @@ type captureResult struct {
 	received, matched, captured, rateSkipped uint64
 }
 
-func (a *app) captureLoop(ctx context.Context, f *captureFlags, cs *captureSetup, c *capture.Capture, out *captureOut, eng *fastdrop.Engine) (captureResult, error) {
+func (a *app) captureLoop(ctx context.Context, f *captureFlags, cs *captureSetup, c *capture.Capture, out *captureOut, eng *fastdrop.Engine, att *loader.Attachment) (captureResult, error) {
 	var res captureResult
 	var end time.Time
 	if f.duration > 0 {
@@ -344,11 +345,20 @@ func (a *app) captureLoop(ctx context.Context, f *captureFlags, cs *captureSetup
 	var winStart time.Time
 	var winCount uint32
 	var lastRefresh time.Time
+	lastCheck := time.Now()
 	dirty := false
 	var s capture.Sample
 	for {
 		if ctx.Err() != nil || (!end.IsZero() && !time.Now().Before(end)) {
 			return res, nil
+		}
+		if time.Since(lastCheck) >= time.Second {
+			// Detached, or loaded again with bigger tables (and new
+			// maps): nothing more would arrive.
+			lastCheck = time.Now()
+			if ok, err := att.Running(); err == nil && !ok {
+				return res, fmt.Errorf("the fast drop this capture reads from is no longer attached to %s (detached, or loaded again because its rules outgrew its tables): start the capture again", f.iface)
+			}
 		}
 		deadline := time.Now().Add(200 * time.Millisecond)
 		if !end.IsZero() && end.Before(deadline) {
