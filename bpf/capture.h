@@ -6,9 +6,13 @@
  * in fd_cap_rings at the same index; fd_cap_sample copies each frame that a
  * slot selects into that slot's ring.
  *
- * The program tests one word (fd_main's cap_active: a bit per slot in use)
- * after the verdict is known, and calls fd_cap_sample only when it is not
- * zero: with no capture running that is the whole cost. The data path
+ * The program tests one word (fd_main's cap_active: a bit per slot in use,
+ * and FD_CAP_RULES while a rule has a sample modifier) after the verdict
+ * is known, and calls fd_cap_sample (fastdrop.h) only when it is not
+ * zero: with no capture running that is the whole cost. A rule's sample
+ * modifier sends 1 in N of its frames to fd_cap_samples, a ring that
+ * exists with the program, so the samples wait there for whoever reads
+ * them (`xdpdrop capture --rule-samples`). The data path
  * never waits: a full ring loses the sample, which is counted, and the
  * frame's verdict is whatever it was. */
 #ifndef XDPDROP_CAPTURE_H
@@ -28,6 +32,11 @@ enum fd_cap_layout {
 	FD_CAP_V_PASS = 1 << 2,
 	FD_CAP_V_REDIRECT = 1 << 4,
 	FD_CAP_V_MALFORMED = 1 << 8,
+
+	/* cap_active: a rule of the set in force has a sample modifier. */
+	FD_CAP_RULES = 1 << 15,
+	/* fd_cap_rec.flags: sent by a rule's sample modifier. */
+	FD_CAP_F_RULE = 1,
 };
 
 /* One capture's selection, written by that capture while its bit in
@@ -83,6 +92,8 @@ struct fd_cap_rec {
  * way a sample takes only its own length). */
 struct fd_cap_cpu {
 	struct fd_cap_cnt cnt[FD_CAP_SLOTS];
+	__u64 rule_sent; /* samples of rules' sample modifiers */
+	__u64 rule_lost; /* the same that a full fd_cap_samples refused */
 	struct fd_cap_rec rec;
 	__u8 data[FD_CAP_SNAP_MAX];
 };
@@ -101,6 +112,12 @@ struct fd_cap_ring {
 	__uint(max_entries, FD_CAP_RING);
 };
 
+/* The samples of rules' sample modifiers: made with the program. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, FD_CAP_RING);
+} fd_cap_samples SEC(".maps");
+
 /* Each capture's ring, by slot: made and put here by the capture. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
@@ -108,104 +125,5 @@ struct {
 	__type(key, __u32);
 	__array(values, struct fd_cap_ring);
 } fd_cap_rings SEC(".maps");
-
-/* fd_cap_one sends the frame to capture slot i if its selection takes
- * it. bits: the frame's FD_CAP_V_* bits. */
-static __always_inline void fd_cap_one(struct xdp_md *ctx, const struct fd_cap_sel *sel,
-				       struct fd_cap_cpu *pc, __u32 i, __u32 bits, __u32 val,
-				       __u32 class, __u32 verdict, __u32 len)
-{
-	struct fd_cap_cnt *c = &pc->cnt[i & (FD_CAP_SLOTS - 1)];
-	__u32 nonce = sel->nonce, caplen;
-	void *ring;
-
-	if (sel->verdicts && !(sel->verdicts & bits))
-		return;
-	if (sel->slot && sel->slot != (val & FD_VAL_SLOT_MASK))
-		return;
-	if (sel->queue && sel->queue != ctx->rx_queue_index + 1)
-		return;
-	if (c->nonce != nonce) {
-		/* A new registration in this slot: its own counts. */
-		c->seen = c->sent = c->lost = c->win = 0;
-		c->nwin = c->skip = 0;
-		c->nonce = nonce;
-	}
-	c->seen++;
-	if (c->skip) {
-		c->skip--;
-		return;
-	}
-	if (sel->every > 1)
-		c->skip = sel->every - 1;
-	if (sel->per_sec) {
-		__u64 now = bpf_ktime_get_ns();
-
-		if (now - c->win >= 1000000000ULL) {
-			c->win = now;
-			c->nwin = 0;
-		}
-		if (c->nwin >= sel->per_sec)
-			return;
-		c->nwin++;
-	}
-	ring = bpf_map_lookup_elem(&fd_cap_rings, &i);
-	if (!ring)
-		return;
-	caplen = sel->snaplen < len ? sel->snaplen : len;
-	if (caplen > FD_CAP_SNAP_MAX)
-		caplen = FD_CAP_SNAP_MAX;
-	if (caplen == 0 || bpf_xdp_load_bytes(ctx, 0, pc->data, caplen) < 0)
-		caplen = 0;
-	pc->rec.tstamp = bpf_ktime_get_ns();
-	pc->rec.len = len;
-	pc->rec.caplen = caplen;
-	pc->rec.val = val;
-	pc->rec.nonce = nonce;
-	pc->rec.cpu = bpf_get_smp_processor_id();
-	pc->rec.queue = ctx->rx_queue_index;
-	pc->rec.verdict = verdict;
-	pc->rec.class = class;
-	pc->rec.flags = 0;
-	if (bpf_ringbuf_output(ring, &pc->rec, sizeof(pc->rec) + (caplen & 0x3fff), 0))
-		c->lost++;
-	else
-		c->sent++;
-}
-
-/* fd_cap_sample offers a frame whose verdict is known to every capture
- * whose bit is set in active (struct fd_main's cap_active, read by the
- * caller). A global function: verified once, and the program's path
- * without captures carries none of it. BPF passes at most five arguments:
- * how is active << 8 | XDP verdict. The stage that decided follows from
- * val's counter slot (FD_SLOT_*), which keeps the caller from carrying it
- * in a register through the match. Returns 0. */
-__noinline int fd_cap_sample(struct xdp_md *ctx, const struct fd_cap_ctl *cap, __u32 val,
-			     __u32 how, __u32 len)
-{
-	__u32 cpu = bpf_get_smp_processor_id(), bits, i;
-	__u32 active = how >> 8, verdict = how & 0xff, slot = val & FD_VAL_SLOT_MASK, class;
-	struct fd_cap_cpu *pc;
-
-	if (!ctx || !cap)
-		return 0;
-	pc = bpf_map_lookup_elem(&fd_cap_cpu, &cpu);
-	if (!pc)
-		return 0;
-	bits = 1u << (verdict & 7);
-	if (slot < FD_SLOT_DEFAULT) {
-		class = FD_CLASS_MALFORMED;
-		bits |= FD_CAP_V_MALFORMED;
-	} else if (slot < FD_SLOT_RULES) {
-		class = FD_CLASS_DEFAULT;
-	} else {
-		class = 0; /* a rule's: compound or prefix, the rule says */
-	}
-	for (i = 0; i < FD_CAP_SLOTS; i++) {
-		if (active & (1u << i))
-			fd_cap_one(ctx, &cap->sel[i], pc, i, bits, val, class, verdict, len);
-	}
-	return 0;
-}
 
 #endif /* XDPDROP_CAPTURE_H */

@@ -1163,4 +1163,115 @@ static __always_inline void fd_count(__u32 slot, __u64 bytes)
 		count(&row[slot], bytes);
 }
 
+/* ---- captures (capture.h) ---- */
+
+/* fd_cap_send puts a sample of the frame together in pc and writes it
+ * into ring; non-zero if the ring is full. how: verdict << 8 | class,
+ * and FD_CAP_F_RULE << 16 for a rule's sample modifier. */
+static __always_inline long fd_cap_send(struct xdp_md *ctx, void *ring, struct fd_cap_cpu *pc,
+					__u32 snaplen, __u32 val, __u32 nonce, __u32 how, __u32 len)
+{
+	__u32 caplen = snaplen < len ? snaplen : len;
+
+	if (caplen > FD_CAP_SNAP_MAX)
+		caplen = FD_CAP_SNAP_MAX;
+	if (caplen == 0 || bpf_xdp_load_bytes(ctx, 0, pc->data, caplen) < 0)
+		caplen = 0;
+	pc->rec.tstamp = bpf_ktime_get_ns();
+	pc->rec.len = len;
+	pc->rec.caplen = caplen;
+	pc->rec.val = val;
+	pc->rec.nonce = nonce;
+	pc->rec.cpu = bpf_get_smp_processor_id();
+	pc->rec.queue = ctx->rx_queue_index;
+	pc->rec.verdict = how >> 8;
+	pc->rec.class = how;
+	pc->rec.flags = how >> 16;
+	return bpf_ringbuf_output(ring, &pc->rec, sizeof(pc->rec) + (caplen & 0x3fff), 0);
+}
+
+/* fd_cap_one sends the frame to capture slot i if its selection takes
+ * it. bits: the frame's FD_CAP_V_* bits. */
+static __always_inline void fd_cap_one(struct xdp_md *ctx, const struct fd_cap_sel *sel,
+				       struct fd_cap_cpu *pc, __u32 i, __u32 bits, __u32 val,
+				       __u32 class, __u32 verdict, __u32 len)
+{
+	struct fd_cap_cnt *c = &pc->cnt[i & (FD_CAP_SLOTS - 1)];
+	__u32 nonce = sel->nonce;
+	void *ring;
+
+	if (sel->verdicts && !(sel->verdicts & bits))
+		return;
+	if (sel->slot && sel->slot != (val & FD_VAL_SLOT_MASK))
+		return;
+	if (sel->queue && sel->queue != ctx->rx_queue_index + 1)
+		return;
+	if (c->nonce != nonce) {
+		/* A new registration in this slot: its own counts. */
+		c->seen = c->sent = c->lost = c->win = 0;
+		c->nwin = c->skip = 0;
+		c->nonce = nonce;
+	}
+	c->seen++;
+	if (c->skip) {
+		c->skip--;
+		return;
+	}
+	if (sel->every > 1)
+		c->skip = sel->every - 1;
+	if (sel->per_sec) {
+		__u64 now = bpf_ktime_get_ns();
+
+		if (now - c->win >= 1000000000ULL) {
+			c->win = now;
+			c->nwin = 0;
+		}
+		if (c->nwin >= sel->per_sec)
+			return;
+		c->nwin++;
+	}
+	ring = bpf_map_lookup_elem(&fd_cap_rings, &i);
+	if (!ring)
+		return;
+	if (fd_cap_send(ctx, ring, pc, sel->snaplen, val, nonce, verdict << 8 | class, len))
+		c->lost++;
+	else
+		c->sent++;
+}
+
+/* fd_cap_sample offers a frame whose verdict is known to every capture
+ * whose bit is set in active (struct fd_main's cap_active, read by the
+ * caller). A global function: verified once, and the program's path
+ * without captures carries none of it. BPF passes at most five arguments:
+ * how is active << 8 | XDP verdict. The stage that decided follows from
+ * val's counter slot (FD_SLOT_*), which keeps the caller from carrying it
+ * in a register through the match. Returns 0. */
+__noinline int fd_cap_sample(struct xdp_md *ctx, const struct fd_cap_ctl *cap, __u32 val,
+			     __u32 how, __u32 len)
+{
+	__u32 cpu = bpf_get_smp_processor_id(), bits, i;
+	__u32 active = how >> 8, verdict = how & 0xff, slot = val & FD_VAL_SLOT_MASK, class;
+	struct fd_cap_cpu *pc;
+
+	if (!ctx || !cap)
+		return 0;
+	pc = bpf_map_lookup_elem(&fd_cap_cpu, &cpu);
+	if (!pc)
+		return 0;
+	bits = 1u << (verdict & 7);
+	if (slot < FD_SLOT_DEFAULT) {
+		class = FD_CLASS_MALFORMED;
+		bits |= FD_CAP_V_MALFORMED;
+	} else if (slot < FD_SLOT_RULES) {
+		class = FD_CLASS_DEFAULT;
+	} else {
+		class = 0; /* a rule's: compound or prefix, the rule says */
+	}
+	for (i = 0; i < FD_CAP_SLOTS; i++) {
+		if (active & (1u << i))
+			fd_cap_one(ctx, &cap->sel[i], pc, i, bits, val, class, verdict, len);
+	}
+	return 0;
+}
+
 #endif /* XDPDROP_FASTDROP_H */

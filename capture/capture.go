@@ -117,13 +117,16 @@ type Maps struct {
 	Main   *ebpf.Map // fd_main: the capture slots and the word the program tests
 	PerCPU *ebpf.Map // fd_cap_cpu: per-CPU counts
 	Rings  *ebpf.Map // fd_cap_rings: each slot's ring
+	// Samples is fd_cap_samples: the ring of rules' sample modifiers.
+	Samples *ebpf.Map
 }
 
 // MapsOf picks the capture's maps out of a program's maps by name (as
 // fastdrop.Engine.Maps returns them).
 func MapsOf(m map[string]*ebpf.Map) (Maps, error) {
-	ms := Maps{Main: m[gen.FastdropMapFdMain], PerCPU: m[gen.FastdropMapFdCapCpu], Rings: m[gen.FastdropMapFdCapRings]}
-	if ms.Main == nil || ms.PerCPU == nil || ms.Rings == nil {
+	ms := Maps{Main: m[gen.FastdropMapFdMain], PerCPU: m[gen.FastdropMapFdCapCpu], Rings: m[gen.FastdropMapFdCapRings],
+		Samples: m[gen.FastdropMapFdCapSamples]}
+	if ms.Main == nil || ms.PerCPU == nil || ms.Rings == nil || ms.Samples == nil {
 		return ms, fmt.Errorf("capture: %w", ErrNoCapture)
 	}
 	return ms, nil
@@ -143,6 +146,10 @@ type Capture struct {
 	// time.
 	monoOffset time.Duration
 
+	// rules: this reads the rule samples' ring (ReadRuleSamples),
+	// whose reader it is while owned.
+	rules, owned bool
+
 	mu     sync.Mutex
 	closed bool
 	// final holds the counts read at Close.
@@ -157,6 +164,10 @@ const (
 	offClaimed = offCtl
 	selSize    = 32 // struct fd_cap_sel
 	offSel     = offCtl + 64
+	// The owner of the rule samples' ring (its one reader): pad[0].
+	offRuleOwner = offCtl + 4
+	// claimed's bit for that reader.
+	claimRules = uint32(gen.FastdropFdCapLayoutFD_CAP_RULES)
 	// the fields of struct fd_cap_sel
 	selNonce, selVerdicts, selSlot, selQueue, selEvery, selPerSec, selSnaplen, selOwner = 0, 4, 8, 12, 16, 20, 24, 28
 )
@@ -276,8 +287,51 @@ func monoOffset() time.Duration {
 	return time.Duration(time.Now().UnixNano() - ts.Nano())
 }
 
-// Slot is the capture slot this capture holds.
+// Slot is the capture slot this capture holds (-1 for ReadRuleSamples).
 func (c *Capture) Slot() int { return c.slot }
+
+// ErrRuleSamplesBusy: another process reads the rule samples.
+var ErrRuleSamplesBusy = errors.New("another capture reads the rule samples")
+
+// ReadRuleSamples returns a Capture of the samples that rules' sample
+// modifiers send (`drop udp dport 11211 sample 1/1000`), which wait in a
+// ring of the program's for whoever reads them, oldest first. A ring has
+// one reader: a second one gets ErrRuleSamplesBusy while the first runs
+// (one whose process is gone is taken over). Its Stats count every rule
+// sample since the program was loaded; Seen is Sent plus Lost.
+func ReadRuleSamples(m Maps) (*Capture, error) {
+	if m.Main == nil || m.PerCPU == nil || m.Samples == nil {
+		return nil, fmt.Errorf("capture: %w", ErrNoCapture)
+	}
+	ctl, err := mapCtl(m.Main, offSel+Slots*selSize)
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	c := &Capture{maps: m, ctl: ctl, slot: -1, rules: true}
+	pid := uint32(os.Getpid())
+	claimed := false
+	for !claimed {
+		w := ctl.load(offClaimed)
+		if w&claimRules == 0 {
+			if claimed = ctl.cas(offClaimed, w, w|claimRules); claimed {
+				ctl.store(offRuleOwner, pid)
+			}
+			continue
+		}
+		owner := ctl.load(offRuleOwner)
+		if owner == 0 || alive(int(owner)) || !ctl.cas(offRuleOwner, owner, pid) {
+			ctl.close()
+			return nil, fmt.Errorf("capture: %w (process %d)", ErrRuleSamplesBusy, owner)
+		}
+		claimed = true
+	}
+	c.owned = true
+	if c.rd, err = ringbuf.NewReader(m.Samples); err != nil {
+		return nil, errors.Join(fmt.Errorf("capture: map ring buffer: %w", err), c.release())
+	}
+	c.monoOffset = monoOffset()
+	return c, nil
+}
 
 // ErrClosed is returned by Read after Close.
 var ErrClosed = errors.New("capture closed")
@@ -294,7 +348,7 @@ func (c *Capture) Read(deadline time.Time, s *Sample) error {
 			}
 			return err
 		}
-		if decode(c.rec.RawSample, s, c.monoOffset) && s.nonce == c.nonce {
+		if decode(c.rec.RawSample, s, c.monoOffset) && s.nonce == c.nonce && s.RuleSample == c.rules {
 			return nil
 		}
 		// A sample written for the slot's previous capture (the
@@ -332,8 +386,15 @@ func (c *Capture) readStats() (Stats, error) {
 		if err := c.maps.PerCPU.Lookup(cpu, &buf); err != nil {
 			return st, fmt.Errorf("capture: read counts of CPU %d: %w", cpu, err)
 		}
-		b := buf[c.slot*cntSize:]
 		ne := binary.NativeEndian
+		if c.rules {
+			b := buf[Slots*cntSize:]
+			st.Sent += ne.Uint64(b[0:8])
+			st.Lost += ne.Uint64(b[8:16])
+			st.Seen = st.Sent + st.Lost
+			continue
+		}
+		b := buf[c.slot*cntSize:]
 		if ne.Uint32(b[40:44]) != c.nonce {
 			continue // this CPU never saw a frame for this capture
 		}
@@ -359,6 +420,8 @@ func (c *Capture) Close() error {
 		// Clear the bit first: from here on the program neither sends
 		// nor counts for this slot, so the counts read now are final.
 		c.ctl.and(offActive, ^uint32(1<<c.slot))
+	}
+	if c.slot >= 0 || c.rules {
 		st, err := c.readStats()
 		errs = append(errs, err)
 		c.final = st
@@ -381,6 +444,11 @@ func (c *Capture) release() error {
 		c.ctl.store(selOff(c.slot, selOwner), 0)
 		c.ctl.and(offClaimed, ^uint32(1<<c.slot))
 		c.slot = -1
+	}
+	if c.owned {
+		c.ctl.store(offRuleOwner, 0)
+		c.ctl.and(offClaimed, ^claimRules)
+		c.owned = false
 	}
 	if c.rd != nil {
 		errs = append(errs, c.rd.Close())

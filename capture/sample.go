@@ -26,6 +26,8 @@ type Sample struct {
 	Default     bool // no rule matched: the default policy gave the verdict
 	CPU         int
 	Queue       int // rx queue
+	// RuleSample: the rule's sample modifier sent it (ReadRuleSamples).
+	RuleSample bool
 
 	nonce uint32
 }
@@ -57,6 +59,7 @@ func decode(b []byte, s *Sample, mono time.Duration) bool {
 	s.CPU = int(ne.Uint32(b[24:28]))
 	s.Queue = int(ne.Uint32(b[28:32]))
 	s.Action = uint32(b[32])
+	s.RuleSample = b[34]&byte(gen.FastdropFdCapLayoutFD_CAP_F_RULE) != 0
 	s.Verdict = Verdicts(1) << (s.Action & 7)
 	s.Slot = val & slotMask
 	s.RuleMatched = s.Slot >= slotRules

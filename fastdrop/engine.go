@@ -231,7 +231,7 @@ var mapNames = []string{
 	gen.FastdropMapFdCounters,
 	gen.FastdropMapFdRules,
 	// Captures (package capture): per-CPU counts and each capture's ring.
-	gen.FastdropMapFdCapCpu, gen.FastdropMapFdCapRings,
+	gen.FastdropMapFdCapCpu, gen.FastdropMapFdCapRings, gen.FastdropMapFdCapSamples,
 }
 
 // Engine owns the drop program and its maps: it compiles rule sets into

@@ -17,7 +17,7 @@ import (
 // xdpdrop misread pins of the last one.
 var layoutFingerprints = map[uint32]string{
 	1: "dab52b0dcc0fafab",
-	2: "5b80623e3dd13a03", // capture slots in fd_main, fd_cap_cpu
+	2: "838d1ccbd0578f5a", // capture slots in fd_main, fd_cap_cpu
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

@@ -46,10 +46,12 @@ type FastdropFdCapCnt struct {
 }
 
 type FastdropFdCapCpu struct {
-	_    structs.HostLayout
-	Cnt  [8]FastdropFdCapCnt
-	Rec  FastdropFdCapRec
-	Data [9216]uint8
+	_        structs.HostLayout
+	Cnt      [8]FastdropFdCapCnt
+	RuleSent uint64
+	RuleLost uint64
+	Rec      FastdropFdCapRec
+	Data     [9216]uint8
 }
 
 type FastdropFdCapCtl struct {
@@ -69,6 +71,8 @@ const (
 	FastdropFdCapLayoutFD_CAP_V_PASS      FastdropFdCapLayout = 4
 	FastdropFdCapLayoutFD_CAP_V_REDIRECT  FastdropFdCapLayout = 16
 	FastdropFdCapLayoutFD_CAP_V_MALFORMED FastdropFdCapLayout = 256
+	FastdropFdCapLayoutFD_CAP_RULES       FastdropFdCapLayout = 32768
+	FastdropFdCapLayoutFD_CAP_F_RULE      FastdropFdCapLayout = 1
 )
 
 type FastdropFdCapRec struct {
@@ -299,6 +303,7 @@ type FastdropFdV6Ent struct {
 const (
 	FastdropMapFdCapCpu          = "fd_cap_cpu"
 	FastdropMapFdCapRings        = "fd_cap_rings"
+	FastdropMapFdCapSamples      = "fd_cap_samples"
 	FastdropMapFdCounters        = "fd_counters"
 	FastdropMapFdMain            = "fd_main"
 	FastdropMapFdRules           = "fd_rules"
@@ -362,14 +367,15 @@ type FastdropProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastdropMapSpecs struct {
-	FdCapCpu   *ebpf.MapSpec `ebpf:"fd_cap_cpu"`
-	FdCapRings *ebpf.MapSpec `ebpf:"fd_cap_rings"`
-	FdCounters *ebpf.MapSpec `ebpf:"fd_counters"`
-	FdMain     *ebpf.MapSpec `ebpf:"fd_main"`
-	FdRules    *ebpf.MapSpec `ebpf:"fd_rules"`
-	FdV4Sparse *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
-	FdV4Tbl8   *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
-	FdV6Tab    *ebpf.MapSpec `ebpf:"fd_v6_tab"`
+	FdCapCpu     *ebpf.MapSpec `ebpf:"fd_cap_cpu"`
+	FdCapRings   *ebpf.MapSpec `ebpf:"fd_cap_rings"`
+	FdCapSamples *ebpf.MapSpec `ebpf:"fd_cap_samples"`
+	FdCounters   *ebpf.MapSpec `ebpf:"fd_counters"`
+	FdMain       *ebpf.MapSpec `ebpf:"fd_main"`
+	FdRules      *ebpf.MapSpec `ebpf:"fd_rules"`
+	FdV4Sparse   *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
+	FdV4Tbl8     *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
+	FdV6Tab      *ebpf.MapSpec `ebpf:"fd_v6_tab"`
 }
 
 // FastdropVariableSpecs contains global variables before they are loaded into the kernel.
@@ -401,20 +407,22 @@ func (o *FastdropObjects) Close() error {
 //
 // It can be passed to LoadFastdropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastdropMaps struct {
-	FdCapCpu   *ebpf.Map `ebpf:"fd_cap_cpu"`
-	FdCapRings *ebpf.Map `ebpf:"fd_cap_rings"`
-	FdCounters *ebpf.Map `ebpf:"fd_counters"`
-	FdMain     *ebpf.Map `ebpf:"fd_main"`
-	FdRules    *ebpf.Map `ebpf:"fd_rules"`
-	FdV4Sparse *ebpf.Map `ebpf:"fd_v4_sparse"`
-	FdV4Tbl8   *ebpf.Map `ebpf:"fd_v4_tbl8"`
-	FdV6Tab    *ebpf.Map `ebpf:"fd_v6_tab"`
+	FdCapCpu     *ebpf.Map `ebpf:"fd_cap_cpu"`
+	FdCapRings   *ebpf.Map `ebpf:"fd_cap_rings"`
+	FdCapSamples *ebpf.Map `ebpf:"fd_cap_samples"`
+	FdCounters   *ebpf.Map `ebpf:"fd_counters"`
+	FdMain       *ebpf.Map `ebpf:"fd_main"`
+	FdRules      *ebpf.Map `ebpf:"fd_rules"`
+	FdV4Sparse   *ebpf.Map `ebpf:"fd_v4_sparse"`
+	FdV4Tbl8     *ebpf.Map `ebpf:"fd_v4_tbl8"`
+	FdV6Tab      *ebpf.Map `ebpf:"fd_v6_tab"`
 }
 
 func (m *FastdropMaps) Close() error {
 	return _FastdropClose(
 		m.FdCapCpu,
 		m.FdCapRings,
+		m.FdCapSamples,
 		m.FdCounters,
 		m.FdMain,
 		m.FdRules,

@@ -32,7 +32,9 @@ type LpmtrieFdCapCpu struct {
 		Nonce uint32
 		Pad   uint32
 	}
-	Rec struct {
+	RuleSent uint64
+	RuleLost uint64
+	Rec      struct {
 		_       structs.HostLayout
 		Tstamp  uint64
 		Len     uint32
@@ -97,6 +99,7 @@ type LpmtrieFdV4Sparse struct {
 const (
 	LpmtrieMapFdCapCpu        = "fd_cap_cpu"
 	LpmtrieMapFdCapRings      = "fd_cap_rings"
+	LpmtrieMapFdCapSamples    = "fd_cap_samples"
 	LpmtrieMapFdCounters      = "fd_counters"
 	LpmtrieMapFdLpm4          = "fd_lpm4"
 	LpmtrieMapFdLpm6          = "fd_lpm6"
@@ -163,6 +166,7 @@ type LpmtrieProgramSpecs struct {
 type LpmtrieMapSpecs struct {
 	FdCapCpu      *ebpf.MapSpec `ebpf:"fd_cap_cpu"`
 	FdCapRings    *ebpf.MapSpec `ebpf:"fd_cap_rings"`
+	FdCapSamples  *ebpf.MapSpec `ebpf:"fd_cap_samples"`
 	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
 	FdLpm4        *ebpf.MapSpec `ebpf:"fd_lpm4"`
 	FdLpm6        *ebpf.MapSpec `ebpf:"fd_lpm6"`
@@ -205,6 +209,7 @@ func (o *LpmtrieObjects) Close() error {
 type LpmtrieMaps struct {
 	FdCapCpu      *ebpf.Map `ebpf:"fd_cap_cpu"`
 	FdCapRings    *ebpf.Map `ebpf:"fd_cap_rings"`
+	FdCapSamples  *ebpf.Map `ebpf:"fd_cap_samples"`
 	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
 	FdLpm4        *ebpf.Map `ebpf:"fd_lpm4"`
 	FdLpm6        *ebpf.Map `ebpf:"fd_lpm6"`
@@ -220,6 +225,7 @@ func (m *LpmtrieMaps) Close() error {
 	return _LpmtrieClose(
 		m.FdCapCpu,
 		m.FdCapRings,
+		m.FdCapSamples,
 		m.FdCounters,
 		m.FdLpm4,
 		m.FdLpm6,
