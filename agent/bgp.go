@@ -28,9 +28,10 @@ type speaker struct {
 	srv      *server.BgpServer
 	sync     chan struct{}
 
-	mu    sync.Mutex
-	peers map[string]*peerState
-	order []string // neighbour addresses in config order
+	mu      sync.Mutex
+	started bool // start has returned (tests wait for it: gobgp sets package variables when it starts)
+	peers   map[string]*peerState
+	order   []string // neighbour addresses in config order
 }
 
 type peerState struct {
@@ -105,7 +106,16 @@ func (s *speaker) start(ctx context.Context) error {
 		return fmt.Errorf("follow BGP events: %w", err)
 	}
 	go s.syncLoop(ctx)
+	s.mu.Lock()
+	s.started = true
+	s.mu.Unlock()
 	return nil
+}
+
+func (s *speaker) isStarted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
 }
 
 func peerOf(n NeighborConfig) (*api.Peer, error) {

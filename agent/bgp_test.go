@@ -186,6 +186,9 @@ bgp:
 	}()
 	eventually(t, "file rules in force", 5*time.Second, func() bool { return plane.rules("test0") == "pass udp src 192.0.2.0/24" })
 
+	// gobgp sets package variables when a server starts: the second one
+	// starts after the first, in the race detector's eyes too.
+	eventually(t, "speaker started", 5*time.Second, ag.bgp.isStarted)
 	an := newAnnouncer(t, port)
 	eventually(t, "session up", 15*time.Second, func() bool {
 		s := ag.Status()

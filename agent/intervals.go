@@ -89,16 +89,6 @@ func (s ivals) count() uint64 {
 	return n
 }
 
-// contains reports whether x is in s.
-func (s ivals) contains(x uint64) bool {
-	for _, v := range s {
-		if v.lo <= x && x <= v.hi {
-			return true
-		}
-	}
-	return false
-}
-
 // text writes one interval as the rule language does: "53" or "0-1023";
 // hex for flow labels.
 func (v ival) text(hex bool) string {
