@@ -45,7 +45,7 @@ type StatusConfig struct {
 	// every interface has its rules), /metrics (Prometheus). "" = none.
 	Listen string `yaml:"listen"`
 	// File is written with the status JSON after every change ("" =
-	// none); `xdpdrop status --agent FILE` prints it.
+	// none).
 	File string `yaml:"file"`
 }
 
