@@ -288,7 +288,7 @@ func (a *app) capture(ctx context.Context, f *captureFlags) error {
 	}
 	maps, err := capture.MapsOf(eng.Maps())
 	if err != nil {
-		return fmt.Errorf("the fast drop on %s was attached by an xdpdrop without capture: detach and attach it again ('xdpdrop detach --iface %s', 'xdpdrop drop --iface %s --rules FILE')", f.iface, f.iface, f.iface)
+		return fmt.Errorf("the fast drop on %s was attached by an older version, which has no capture support: detach and attach it again ('xdpdrop detach --iface %s', 'xdpdrop drop --iface %s --rules FILE')", f.iface, f.iface, f.iface)
 	}
 
 	// The output before the registration: a file that cannot be written
