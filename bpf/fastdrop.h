@@ -61,10 +61,10 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 1,
+	FD_LAYOUT_VERSION = 2,
 
 	/* Sizes of the records user space reads and writes. */
-	FD_REC_SIZE = 64,     /* struct fd_rule_rec */
+	FD_REC_SIZE = 128,    /* struct fd_rule_rec */
 	FD_COUNTER_SIZE = 16, /* struct counter */
 	FD_V6_ENT_SIZE = 32,  /* struct fd_v6_ent */
 
@@ -319,25 +319,38 @@ struct fd_v6_ent {
  * flip never happened still sees the old set. */
 struct fd_rule_rec {
 	__u8 action;  /* enum fd_action; 0 = free slot */
-	__u8 flags;   /* FD_REC_* */
-	__u8 proto;
+	__u8 family;  /* 4 or 6 when src or dst is set */
 	__u8 src_len;
 	__u8 dst_len;
-	__u8 family; /* 4 or 6 when src or dst is set */
-	__u16 ether;
-	__u16 sport_lo;
-	__u16 sport_hi;
-	__u16 dport_lo;
-	__u16 dport_hi;
+	__u32 flags;  /* FD_REC_*: the match fields the rule sets */
 	__u32 line;
 	__u32 order; /* sorts the rules into rule-set order */
 	__u32 gen_added;
 	__u32 gen_removed;
 	__u8 src[16];
 	__u8 dst[16];
+	/* The values of the other match fields (fastdrop/fields.go's
+	 * matchFields say which members each uses). */
+	__u16 ether;
+	__u16 sport_lo;
+	__u16 sport_hi;
+	__u16 dport_lo;
+	__u16 dport_hi;
+	__u8 proto;
+	__u8 ttl_lo;
+	__u8 ttl_hi;
+	__u8 pad0[3];
+	/* Room for the values of match fields to come (FlowSpec's, issue
+	 * 20): match fields take their bytes from here, top down. */
+	__u8 match[24];
+	/* For origin / sample / limit parameters: other features take their
+	 * bytes from here (and shrink it), never from the match fields'. */
+	__u8 reserved[32];
 };
 
 _Static_assert(sizeof(struct fd_rule_rec) == FD_REC_SIZE, "fd_rule_rec size");
+_Static_assert(__builtin_offsetof(struct fd_rule_rec, reserved) + 24 <= FD_REC_SIZE,
+	       "at least 24 bytes reserved for the features after the match fields");
 
 enum fd_rec_flags {
 	FD_REC_SRC = 1,

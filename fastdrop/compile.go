@@ -215,32 +215,33 @@ func (e *dupPrefixError) Unwrap() error { return ErrDuplicatePrefix }
 // ---- rule records (struct fd_rule_rec) ----
 
 const (
-	recFlagSrc   = uint8(gen.FastdropFdRecFlagsFD_REC_SRC)
-	recFlagDst   = uint8(gen.FastdropFdRecFlagsFD_REC_DST)
-	recFlagProto = uint8(gen.FastdropFdRecFlagsFD_REC_PROTO)
-	recFlagSport = uint8(gen.FastdropFdRecFlagsFD_REC_SPORT)
-	recFlagDport = uint8(gen.FastdropFdRecFlagsFD_REC_DPORT)
-	recFlagFrag  = uint8(gen.FastdropFdRecFlagsFD_REC_FRAG)
+	recFlagSrc   = uint32(gen.FastdropFdRecFlagsFD_REC_SRC)
+	recFlagDst   = uint32(gen.FastdropFdRecFlagsFD_REC_DST)
+	recFlagProto = uint32(gen.FastdropFdRecFlagsFD_REC_PROTO)
+	recFlagSport = uint32(gen.FastdropFdRecFlagsFD_REC_SPORT)
+	recFlagDport = uint32(gen.FastdropFdRecFlagsFD_REC_DPORT)
+	recFlagFrag  = uint32(gen.FastdropFdRecFlagsFD_REC_FRAG)
 )
 
 // Byte offsets in struct fd_rule_rec; TestRecordLayout checks them against
 // the generated type.
 const (
 	recAction  = 0
-	recFlags   = 1
-	recProto   = 2
-	recSrcLen  = 3
-	recDstLen  = 4
-	recFamily  = 5
-	recEther   = 6
-	recSport   = 8
-	recDport   = 12
-	recLine    = 16
-	recOrder   = 20
-	recAdded   = 24
-	recRemoved = 28
-	recSrc     = 32
-	recDst     = 48
+	recFamily  = 1
+	recSrcLen  = 2
+	recDstLen  = 3
+	recFlags   = 4 // u32
+	recLine    = 8
+	recOrder   = 12
+	recAdded   = 16
+	recRemoved = 20
+	recSrc     = 24
+	recDst     = 40
+	recEther   = 56
+	recSport   = 58
+	recDport   = 62
+	recProto   = 66
+	recTTL     = 67
 )
 
 // recLive reports whether a record with generations added and removed is
@@ -255,7 +256,7 @@ func encodeRecord(b []byte, r *Rule, order, added, removed uint32) {
 	clear(b[:recSize])
 	le := binary.LittleEndian
 	b[recAction] = uint8(r.Action)
-	var flags uint8
+	var flags uint32
 	for i := range matchFields {
 		f := &matchFields[i]
 		if f.recFlag == 0 || f.isSet(r) {
@@ -263,7 +264,7 @@ func encodeRecord(b []byte, r *Rule, order, added, removed uint32) {
 			f.encode(b, r)
 		}
 	}
-	b[recFlags] = flags
+	le.PutUint32(b[recFlags:], flags)
 	le.PutUint32(b[recLine:], uint32(max(r.Line, 0)))
 	le.PutUint32(b[recOrder:], order)
 	le.PutUint32(b[recAdded:], added)
@@ -286,7 +287,7 @@ func decodeRecord(b []byte) (r Rule, order, added, removed uint32, ok bool) {
 func decodeRecordInto(b []byte, r *Rule) (order uint32) {
 	le := binary.LittleEndian
 	r.Action = Action(b[recAction])
-	flags := b[recFlags]
+	flags := le.Uint32(b[recFlags:])
 	for i := range matchFields {
 		if f := &matchFields[i]; f.recFlag == 0 || flags&f.recFlag != 0 {
 			f.decode(b, r)

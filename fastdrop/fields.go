@@ -64,7 +64,7 @@ type matchField struct {
 	// runs and sets it if the field is set, decode runs if it is set. 0:
 	// the record's value says itself whether the field is set (ether: 0),
 	// and encode and decode always run.
-	recFlag uint8
+	recFlag uint32
 	// rec names the members of struct fd_rule_rec that hold the value,
 	// at their offsets and widths (TestRecordLayout checks them against
 	// the BTF of the object).
@@ -270,7 +270,7 @@ func prefixField(name string, at uintptr, rf recPlace, get func(*Rule) *netip.Pr
 // recPlace is where a field is in struct fd_rule_rec: its flag, and the
 // offsets of its prefix length (address fields) and of its value.
 type recPlace struct {
-	flag     uint8
+	flag     uint32
 	len, val int
 }
 

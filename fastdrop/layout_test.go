@@ -17,6 +17,7 @@ import (
 // xdpdrop misread pins of the last one.
 var layoutFingerprints = map[uint32]string{
 	1: "dab52b0dcc0fafab",
+	2: "8274e920b96b0024", // fd_rule_rec of 128 bytes, flags u32, reserved tail
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

@@ -81,8 +81,8 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND   FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS       FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS          FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 1
-	FastdropFdLayoutFD_REC_SIZE       FastdropFdLayout = 64
+	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 2
+	FastdropFdLayoutFD_REC_SIZE       FastdropFdLayout = 128
 	FastdropFdLayoutFD_COUNTER_SIZE   FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6ENT_SIZE     FastdropFdLayout = 32
 	FastdropFdLayoutFD_VAL_ACT_SHIFT  FastdropFdLayout = 29
@@ -163,22 +163,27 @@ const (
 type FastdropFdRuleRec struct {
 	_          structs.HostLayout
 	Action     uint8
-	Flags      uint8
-	Proto      uint8
+	Family     uint8
 	SrcLen     uint8
 	DstLen     uint8
-	Family     uint8
-	Ether      uint16
-	SportLo    uint16
-	SportHi    uint16
-	DportLo    uint16
-	DportHi    uint16
+	Flags      uint32
 	Line       uint32
 	Order      uint32
 	GenAdded   uint32
 	GenRemoved uint32
 	Src        [16]uint8
 	Dst        [16]uint8
+	Ether      uint16
+	SportLo    uint16
+	SportHi    uint16
+	DportLo    uint16
+	DportHi    uint16
+	Proto      uint8
+	TtlLo      uint8
+	TtlHi      uint8
+	Pad0       [3]uint8
+	Match      [24]uint8
+	Reserved   [32]uint8
 }
 
 type FastdropFdStamp struct {
