@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"unsafe"
+
+	"github.com/xdpdrop/xdpdrop/gen"
 )
 
 // matchField describes one match field of the rule language: how the
@@ -52,6 +54,13 @@ type matchField struct {
 	textPos int
 	// ip: only an IPv4 or IPv6 frame can match the field.
 	ip bool
+	// frames: which IP frames can match the field, beyond ip (the
+	// compiler's kindAllows).
+	frames frameKind
+	// direct: the classifiers look the field up by its value in the
+	// frame, in a table of its own (nil for the address fields, which
+	// have tries, and frag, which only the frame's kind decides).
+	direct *directField
 	// check is Rule.Validate's check of the field, nil if there is
 	// nothing to check; it runs if the field is set, or always if
 	// checkZero. Checks run in table order, then the checks of
@@ -73,6 +82,39 @@ type matchField struct {
 	// back into r.
 	encode func(b []byte, r *Rule)
 	decode func(b []byte, r *Rule)
+}
+
+// frameKind is what a frame must be for a field to match it, beyond IP.
+type frameKind uint8
+
+const (
+	framesAny      frameKind = iota
+	framesPorts              // TCP or UDP, not a non-first fragment
+	framesNonfirst           // a non-first fragment
+)
+
+// directField is a field of FD_DIRECT_FIELDS in bpf/fastdrop.h: its value
+// in the frame (bits wide) indexes a table of its own, which the compiler
+// (classifier.direct) fills from the values each rule allows. The C list
+// has it under the same name, upper case, with the same bits
+// (TestDirectFields).
+type directField struct {
+	fld  int // enum fd_field
+	off  int // FD_DIR_<NAME>: its table in fd_cls_half.tab and .b64
+	bits int
+	// spans appends the values r's field (which is set) allows, as
+	// inclusive ranges, to dst.
+	spans func(r *Rule, dst []span) []span
+}
+
+// directFieldOf returns the direct field whose enum fd_field is fld, or nil.
+func directFieldOf(fld int) *directField {
+	for i := range matchFields {
+		if d := matchFields[i].direct; d != nil && d.fld == fld {
+			return d
+		}
+	}
+	return nil
 }
 
 // recMember is a member of struct fd_rule_rec: its name, offset and width.
@@ -133,14 +175,16 @@ func init() {
 				}
 				return nil
 			},
-			match:   func(r *Rule, pkt *packet) bool { return pkt.isIP && r.Proto == pkt.proto },
+			match: func(r *Rule, pkt *packet) bool { return pkt.isIP && r.Proto == pkt.proto },
+			direct: &directField{fld: fldProto, off: int(gen.FastdropFdDirectFD_DIR_PROTO), bits: 8,
+				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.Proto), int(r.Proto)}) }},
 			recFlag: recFlagProto,
 			rec:     []recMember{{"proto", recProto, 1}},
 			encode:  func(b []byte, r *Rule) { b[recProto] = r.Proto },
 			decode:  func(b []byte, r *Rule) { r.Proto, r.HasProto = b[recProto], true },
 		},
-		portField("sport", unsafe.Offsetof(Rule{}.SrcPort), recPlace{flag: recFlagSport, val: recSport}, func(r *Rule) **PortRange { return &r.SrcPort }, func(p *packet) uint16 { return p.sport }, 3),
-		portField("dport", unsafe.Offsetof(Rule{}.DstPort), recPlace{flag: recFlagDport, val: recDport}, func(r *Rule) **PortRange { return &r.DstPort }, func(p *packet) uint16 { return p.dport }, 5),
+		portField("sport", unsafe.Offsetof(Rule{}.SrcPort), recPlace{flag: recFlagSport, val: recSport}, fldSport, int(gen.FastdropFdDirectFD_DIR_SPORT), func(r *Rule) **PortRange { return &r.SrcPort }, func(p *packet) uint16 { return p.sport }, 3),
+		portField("dport", unsafe.Offsetof(Rule{}.DstPort), recPlace{flag: recFlagDport, val: recDport}, fldDport, int(gen.FastdropFdDirectFD_DIR_DPORT), func(r *Rule) **PortRange { return &r.DstPort }, func(p *packet) uint16 { return p.dport }, 5),
 		{
 			name:     "ether",
 			examples: []string{"drop ether arp", "pass ether 0x1234", "drop ether ipv4 udp dst 10.0.0.0/8"},
@@ -173,7 +217,9 @@ func init() {
 				}
 				return nil
 			},
-			match:  func(r *Rule, pkt *packet) bool { return r.EtherType == pkt.etherType },
+			match: func(r *Rule, pkt *packet) bool { return r.EtherType == pkt.etherType },
+			direct: &directField{fld: fldEther, off: int(gen.FastdropFdDirectFD_DIR_ETHER), bits: 16,
+				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.EtherType), int(r.EtherType)}) }},
 			rec:    []recMember{{"ether", recEther, 2}},
 			encode: func(b []byte, r *Rule) { binary.LittleEndian.PutUint16(b[recEther:], r.EtherType) },
 			decode: func(b []byte, r *Rule) { r.EtherType = binary.LittleEndian.Uint16(b[recEther:]) },
@@ -188,6 +234,7 @@ func init() {
 			text:     func(*Rule) string { return "frag" },
 			textPos:  6,
 			ip:       true,
+			frames:   framesNonfirst,
 			match:    func(_ *Rule, pkt *packet) bool { return pkt.isIP && pkt.fragment },
 			recFlag:  recFlagFrag,
 			encode:   func([]byte, *Rule) {},
@@ -276,7 +323,7 @@ type recPlace struct {
 
 // portField is the entry of a port field, sport or dport: a port or an
 // inclusive range, of TCP or UDP.
-func portField(name string, at uintptr, rf recPlace, get func(*Rule) **PortRange, port func(*packet) uint16, textPos int) matchField {
+func portField(name string, at uintptr, rf recPlace, fld, dir int, get func(*Rule) **PortRange, port func(*packet) uint16, textPos int) matchField {
 	return matchField{
 		name:     name,
 		examples: []string{"drop udp " + name + " 53", "pass tcp " + name + " 1024-65535", "drop udp " + name + " 0"},
@@ -310,7 +357,10 @@ func portField(name string, at uintptr, rf recPlace, get func(*Rule) **PortRange
 			}
 			return nil
 		},
-		match:   func(r *Rule, pkt *packet) bool { return pkt.hasPorts && (*get(r)).Contains(port(pkt)) },
+		frames: framesPorts,
+		match:  func(r *Rule, pkt *packet) bool { return pkt.hasPorts && (*get(r)).Contains(port(pkt)) },
+		direct: &directField{fld: fld, off: dir, bits: 16,
+			spans: func(r *Rule, dst []span) []span { p := *get(r); return append(dst, span{int(p.Lo), int(p.Hi)}) }},
 		recFlag: rf.flag,
 		rec:     []recMember{{name + "_lo", rf.val, 2}, {name + "_hi", rf.val + 2, 2}},
 		encode: func(b []byte, r *Rule) {

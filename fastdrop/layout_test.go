@@ -17,7 +17,7 @@ import (
 // xdpdrop misread pins of the last one.
 var layoutFingerprints = map[uint32]string{
 	1: "dab52b0dcc0fafab",
-	2: "8274e920b96b0024", // fd_rule_rec of 128 bytes, flags u32, reserved tail
+	2: "8a9f7a1b5cbe1da7", // records of 128 bytes; direct tables FD_DIR_*
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

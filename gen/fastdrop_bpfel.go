@@ -61,6 +61,20 @@ type FastdropFdConf struct {
 	CruleH    [64]uint32
 }
 
+type FastdropFdDirect uint32
+
+const (
+	FastdropFdDirectFD_DIR_ETHER     FastdropFdDirect = 0
+	FastdropFdDirectFD_DIR_ETHER_END FastdropFdDirect = 65535
+	FastdropFdDirectFD_DIR_SPORT     FastdropFdDirect = 65536
+	FastdropFdDirectFD_DIR_SPORT_END FastdropFdDirect = 131071
+	FastdropFdDirectFD_DIR_DPORT     FastdropFdDirect = 131072
+	FastdropFdDirectFD_DIR_DPORT_END FastdropFdDirect = 196607
+	FastdropFdDirectFD_DIR_PROTO     FastdropFdDirect = 196608
+	FastdropFdDirectFD_DIR_PROTO_END FastdropFdDirect = 196863
+	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 196864
+)
+
 type FastdropFdField uint32
 
 const (
@@ -94,45 +108,37 @@ const (
 	FastdropFdLayoutFD_DIRECT         FastdropFdLayout = 65536
 	FastdropFdLayoutFD_FRONT_PORTS_N  FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N  FastdropFdLayout = 1024
-	FastdropFdLayoutFD_TAB_ETHER      FastdropFdLayout = 0
-	FastdropFdLayoutFD_TAB_SPORT      FastdropFdLayout = 65536
-	FastdropFdLayoutFD_TAB_DPORT      FastdropFdLayout = 131072
-	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 196608
-	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 262144
-	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 327680
-	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 393216
-	FastdropFdLayoutFD_TAB_PROTO      FastdropFdLayout = 458752
-	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 459776
+	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 196864
+	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 262400
+	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 327936
+	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 393472
+	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 459008
 	FastdropFdLayoutFD_TAB_CHUNK      FastdropFdLayout = 256
 	FastdropFdLayoutFD_TAB_CHUNKS     FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2556928
-	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2819072
-	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2820096
+	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2556160
+	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2818304
+	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2819328
 	FastdropFdLayoutFD_TAB_W4L1       FastdropFdLayout = 1048576
 	FastdropFdLayoutFD_TAB_W4CHUNK    FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4917248
+	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4916480
 	FastdropFdLayoutFD_TAB_W4CHUNKS   FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5441536
+	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5440768
 	FastdropFdLayoutFD_TAB_EXT        FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD       FastdropFdLayout = 1024
 	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 8192
 	FastdropFdLayoutFD_BM_FRONTS      FastdropFdLayout = 4096
 	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 12288
-	FastdropFdLayoutFD_B64ETHER       FastdropFdLayout = 0
-	FastdropFdLayoutFD_B64SPORT       FastdropFdLayout = 65536
-	FastdropFdLayoutFD_B64DPORT       FastdropFdLayout = 131072
-	FastdropFdLayoutFD_B64PROTO       FastdropFdLayout = 196608
-	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 197120
-	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 198144
-	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 199168
-	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 200192
-	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 201216
-	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 463360
-	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 464384
+	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 196864
+	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 197888
+	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 198912
+	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 199936
+	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 200960
+	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 463104
+	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 464128
 	FastdropFdLayoutFD_CLS_TAB        FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10883072
-	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11276288
-	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 14991360
+	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10881536
+	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11274752
+	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 14987776
 	FastdropFdLayoutFD_V4TBL24        FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX   FastdropFdLayout = 11
@@ -140,8 +146,8 @@ const (
 	FastdropFdLayoutFD_MAIN_STAMP     FastdropFdLayout = 64
 	FastdropFdLayoutFD_MAIN_HALF      FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 14995456
-	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82104320
+	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 14991872
+	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82100736
 	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
