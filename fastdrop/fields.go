@@ -128,7 +128,7 @@ type storeKind uint8
 
 const (
 	storePrefix storeKind = iota + 1 // netip.Prefix; set if valid
-	storeRange                       // *PortRange; set if not nil
+	storePtr                         // a pointer (*PortRange, ...); set if not nil
 	storeU16                         // uint16; set if not 0
 	storeBool                        // bool; set if true (proto: HasProto)
 )
@@ -337,7 +337,7 @@ func portField(name string, at uintptr, rf recPlace, fld, dir int, get func(*Rul
 			return ""
 		},
 		at:      at,
-		store:   storeRange,
+		store:   storePtr,
 		text:    func(r *Rule) string { return name + " " + (*get(r)).String() },
 		textPos: textPos,
 		ip:      true,
