@@ -45,7 +45,8 @@ enum fd_field {
 	FD_FLD_DST4 = 5,
 	FD_FLD_SRC6 = 6,
 	FD_FLD_DST6 = 7,
-	FD_FLD_MAX = 8,
+	FD_FLD_TTL = 8,
+	FD_FLD_MAX = 9,
 };
 
 /* The direct fields: compound-rule fields whose value in a frame (8 or 16
@@ -69,7 +70,8 @@ enum fd_field {
 	X(ETHER, ethertype, 16, FRONT) \
 	X(SPORT, sport, 16, PORTS)     \
 	X(DPORT, dport, 16, FRONT)     \
-	X(PROTO, proto, 8, FRONT)
+	X(PROTO, proto, 8, FRONT)      \
+	X(TTL, ttl, 8, IP)
 
 /* The direct tables' offsets: each table's first entry, then its last
  * (FD_DIR_<NAME>_END), so that the next starts right after it; FD_DIR_END
@@ -384,6 +386,7 @@ enum fd_rec_flags {
 	FD_REC_SPORT = 8,
 	FD_REC_DPORT = 16,
 	FD_REC_FRAG = 32,
+	FD_REC_TTL = 64,
 };
 
 /* What xdp_fastdrop_trace prepends to the frame in a test run. */
@@ -406,6 +409,7 @@ struct fd_pkt {
 	__u16 dport;
 	__u8 family; /* 0 (not IP), 4 or 6 */
 	__u8 proto;
+	__u8 ttl;      /* IPv4 TTL, IPv6 hop limit */
 	__u8 nonfirst; /* a fragment with offset != 0 */
 	__u8 has_ports;
 	__u8 kind; /* family (0, 4 or 8) | nonfirst << 1 | has_ports */
@@ -1056,6 +1060,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 			return fd_malformed(len, decide, arg);
 		p.family = 4;
 		p.proto = proto;
+		p.ttl = iph->ttl;
 		p.src4 = bpf_ntohl(iph->saddr);
 		p.dst4 = bpf_ntohl(iph->daddr);
 		if (iph->frag_off & bpf_htons(0x1fff)) {
@@ -1077,6 +1082,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		proto = parse_ip6hdr(&nh, data_end, &ip6h);
 		if (proto < 0)
 			return fd_malformed(len, decide, arg);
+		p.ttl = ip6h->hop_limit;
 		__builtin_memcpy(p.src6, &ip6h->saddr, 16);
 		__builtin_memcpy(p.dst6, &ip6h->daddr, 16);
 		proto = skip_ip6hdrext(&nh, data_end, proto, &p.nonfirst);
@@ -1103,6 +1109,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	p.family = 0;
 	p.kind = 0;
 	p.proto = 0;
+	p.ttl = 0;
 	p.src4 = 0;
 	p.dst4 = 0;
 	return decide(arg, &p);

@@ -136,7 +136,7 @@ const (
 // matchFields are the match fields, in the order messages list them and
 // Rule.Validate checks them. init sets it, since entries refer to the
 // table (which a variable's initializer may not); nothing changes it.
-var matchFields [7]matchField
+var matchFields [8]matchField
 
 func init() {
 	matchFields = [...]matchField{
@@ -240,7 +240,71 @@ func init() {
 			encode:   func([]byte, *Rule) {},
 			decode:   func(_ []byte, r *Rule) { r.Fragment = true },
 		},
+		{
+			name:     "ttl",
+			examples: []string{"drop udp ttl 0-2", "drop src 192.0.2.0/24 ttl 64", "pass ether ipv6 ttl 255", "drop frag ttl 1"},
+			need:     "ttl needs a value (want a TTL or hop limit 0-255, or a range like 0-2)",
+			parse: func(r *Rule, v string) string {
+				br, msg := parseByteRange(v, "a TTL or hop limit 0-255, or a range like 0-2")
+				if msg != "" {
+					return fmt.Sprintf("ttl %s: %s", clipped(v), msg)
+				}
+				r.TTL = br
+				return ""
+			},
+			at:      unsafe.Offsetof(Rule{}.TTL),
+			store:   storePtr,
+			text:    func(r *Rule) string { return "ttl " + r.TTL.String() },
+			textPos: 7,
+			ip:      true,
+			check: func(r *Rule) error {
+				if r.TTL.Lo > r.TTL.Hi {
+					return fmt.Errorf("ttl %d-%d: range is empty (write the lower value first)", r.TTL.Lo, r.TTL.Hi)
+				}
+				return nil
+			},
+			match: func(r *Rule, pkt *packet) bool { return pkt.isIP && r.TTL.Contains(pkt.ttl) },
+			direct: &directField{fld: int(gen.FastdropFdFieldFD_FLD_TTL), off: int(gen.FastdropFdDirectFD_DIR_TTL), bits: 8,
+				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.TTL.Lo), int(r.TTL.Hi)}) }},
+			recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_TTL),
+			rec:     []recMember{{"ttl_lo", recTTL, 1}, {"ttl_hi", recTTL + 1, 1}},
+			encode:  func(b []byte, r *Rule) { b[recTTL], b[recTTL+1] = r.TTL.Lo, r.TTL.Hi },
+			decode:  func(b []byte, r *Rule) { r.TTL = &ByteRange{Lo: b[recTTL], Hi: b[recTTL+1]} },
+		},
 	}
+}
+
+// ByteRange is an inclusive range of the values of an 8-bit field (ttl); a
+// single value has Lo == Hi.
+type ByteRange struct{ Lo, Hi uint8 }
+
+// Contains reports whether Lo <= v <= Hi.
+func (b ByteRange) Contains(v uint8) bool { return b.Lo <= v && v <= b.Hi }
+
+func (b ByteRange) String() string {
+	if b.Lo == b.Hi {
+		return strconv.Itoa(int(b.Lo))
+	}
+	return strconv.Itoa(int(b.Lo)) + "-" + strconv.Itoa(int(b.Hi))
+}
+
+// parseByteRange parses "N" or "LO-HI" (0-255); want says what is wanted.
+func parseByteRange(s, want string) (*ByteRange, string) {
+	los, his, isRange := strings.Cut(s, "-")
+	lo, ok := parseUint(los, 3)
+	if !ok || lo > 255 {
+		return nil, fmt.Sprintf("%q is not a number 0-255 (want %s)", clipped(los), want)
+	}
+	hi := lo
+	if isRange {
+		if hi, ok = parseUint(his, 3); !ok || hi > 255 {
+			return nil, fmt.Sprintf("%q is not a number 0-255 (want %s)", clipped(his), want)
+		}
+		if lo > hi {
+			return nil, fmt.Sprintf("range is empty (write the lower value first: %d-%d)", hi, lo)
+		}
+	}
+	return &ByteRange{Lo: uint8(lo), Hi: uint8(hi)}, ""
 }
 
 // prefixField is the entry of an address field, src or dst: a prefix,

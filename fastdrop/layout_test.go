@@ -17,7 +17,7 @@ import (
 // xdpdrop misread pins of the last one.
 var layoutFingerprints = map[uint32]string{
 	1: "dab52b0dcc0fafab",
-	2: "8a9f7a1b5cbe1da7", // records of 128 bytes; direct tables FD_DIR_*
+	2: "2d5d68a22a76175d", // records of 128 bytes; direct tables FD_DIR_*; ttl
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

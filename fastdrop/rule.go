@@ -100,8 +100,9 @@ type Rule struct {
 	// EtherType matched against the EtherType after up to two VLAN tags;
 	// 0 = any. E.g. 0x0806 ARP, 0x88cc LLDP, 0x0800 IPv4, 0x86dd IPv6.
 	EtherType uint16
-	Fragment  bool // matches only non-first IP fragments (fragment offset != 0)
-	Line      int  // 1-based line in the rule file, 0 if built in code
+	Fragment  bool       // matches only non-first IP fragments (fragment offset != 0)
+	TTL       *ByteRange // nil = any; the IPv4 TTL or IPv6 hop limit
+	Line      int        // 1-based line in the rule file, 0 if built in code
 }
 
 // IsPrefixOnly reports whether r is "ACTION src PREFIX" and nothing else.

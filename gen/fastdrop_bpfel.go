@@ -72,7 +72,9 @@ const (
 	FastdropFdDirectFD_DIR_DPORT_END FastdropFdDirect = 196607
 	FastdropFdDirectFD_DIR_PROTO     FastdropFdDirect = 196608
 	FastdropFdDirectFD_DIR_PROTO_END FastdropFdDirect = 196863
-	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 196864
+	FastdropFdDirectFD_DIR_TTL       FastdropFdDirect = 196864
+	FastdropFdDirectFD_DIR_TTL_END   FastdropFdDirect = 197119
+	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 197120
 )
 
 type FastdropFdField uint32
@@ -86,7 +88,8 @@ const (
 	FastdropFdFieldFD_FLD_DST4  FastdropFdField = 5
 	FastdropFdFieldFD_FLD_SRC6  FastdropFdField = 6
 	FastdropFdFieldFD_FLD_DST6  FastdropFdField = 7
-	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 8
+	FastdropFdFieldFD_FLD_TTL   FastdropFdField = 8
+	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 9
 )
 
 type FastdropFdLayout uint32
@@ -108,37 +111,37 @@ const (
 	FastdropFdLayoutFD_DIRECT         FastdropFdLayout = 65536
 	FastdropFdLayoutFD_FRONT_PORTS_N  FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N  FastdropFdLayout = 1024
-	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 196864
-	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 262400
-	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 327936
-	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 393472
-	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 459008
+	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 197120
+	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 262656
+	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 328192
+	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 393728
+	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 459264
 	FastdropFdLayoutFD_TAB_CHUNK      FastdropFdLayout = 256
 	FastdropFdLayoutFD_TAB_CHUNKS     FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2556160
-	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2818304
-	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2819328
+	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2556416
+	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2818560
+	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2819584
 	FastdropFdLayoutFD_TAB_W4L1       FastdropFdLayout = 1048576
 	FastdropFdLayoutFD_TAB_W4CHUNK    FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4916480
+	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4916736
 	FastdropFdLayoutFD_TAB_W4CHUNKS   FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5440768
+	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5441024
 	FastdropFdLayoutFD_TAB_EXT        FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD       FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 8192
+	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 9216
 	FastdropFdLayoutFD_BM_FRONTS      FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 12288
-	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 196864
-	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 197888
-	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 198912
-	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 199936
-	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 200960
-	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 463104
-	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 464128
+	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 13312
+	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 197120
+	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 198144
+	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 199168
+	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 200192
+	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 201216
+	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 463360
+	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 464384
 	FastdropFdLayoutFD_CLS_TAB        FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10881536
-	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11274752
-	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 14987776
+	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10882048
+	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11308032
+	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 15023104
 	FastdropFdLayoutFD_V4TBL24        FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX   FastdropFdLayout = 11
@@ -146,8 +149,8 @@ const (
 	FastdropFdLayoutFD_MAIN_STAMP     FastdropFdLayout = 64
 	FastdropFdLayoutFD_MAIN_HALF      FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 14991872
-	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82100736
+	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 15027200
+	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82136064
 	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
@@ -164,6 +167,7 @@ const (
 	FastdropFdRecFlagsFD_REC_SPORT FastdropFdRecFlags = 8
 	FastdropFdRecFlagsFD_REC_DPORT FastdropFdRecFlags = 16
 	FastdropFdRecFlagsFD_REC_FRAG  FastdropFdRecFlags = 32
+	FastdropFdRecFlagsFD_REC_TTL   FastdropFdRecFlags = 64
 )
 
 type FastdropFdRuleRec struct {
