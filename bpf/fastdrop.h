@@ -46,7 +46,8 @@ enum fd_field {
 	FD_FLD_SRC6 = 6,
 	FD_FLD_DST6 = 7,
 	FD_FLD_TTL = 8,
-	FD_FLD_MAX = 9,
+	FD_FLD_FLAGS = 9,
+	FD_FLD_MAX = 10,
 };
 
 /* The direct fields: compound-rule fields whose value in a frame (8 or 16
@@ -71,7 +72,8 @@ enum fd_field {
 	X(SPORT, sport, 16, PORTS)     \
 	X(DPORT, dport, 16, FRONT)     \
 	X(PROTO, proto, 8, FRONT)      \
-	X(TTL, ttl, 8, IP)
+	X(TTL, ttl, 8, IP)             \
+	X(FLAGS, tcpflags, 8, PORTS)
 
 /* The direct tables' offsets: each table's first entry, then its last
  * (FD_DIR_<NAME>_END), so that the next starts right after it; FD_DIR_END
@@ -97,7 +99,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 2,
+	FD_LAYOUT_VERSION = 3,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 128,    /* struct fd_rule_rec */
@@ -366,7 +368,9 @@ struct fd_rule_rec {
 	__u8 proto;
 	__u8 ttl_lo;
 	__u8 ttl_hi;
-	__u8 pad0[3];
+	__u8 tcp_set;   /* flags: bits that must be set */
+	__u8 tcp_clear; /* flags: bits that must be clear */
+	__u8 tcp_exact; /* flags: 1 for ==, the byte is exactly tcp_set */
 	/* Room for the values of match fields to come (FlowSpec's, issue
 	 * 20): match fields take their bytes from here, top down. */
 	__u8 match[24];
@@ -387,6 +391,7 @@ enum fd_rec_flags {
 	FD_REC_DPORT = 16,
 	FD_REC_FRAG = 32,
 	FD_REC_TTL = 64,
+	FD_REC_FLAGS = 128,
 };
 
 /* What xdp_fastdrop_trace prepends to the frame in a test run. */
@@ -410,6 +415,7 @@ struct fd_pkt {
 	__u8 family; /* 0 (not IP), 4 or 6 */
 	__u8 proto;
 	__u8 ttl;      /* IPv4 TTL, IPv6 hop limit */
+	__u8 tcpflags; /* TCP header byte 13 (CWR ... FIN), when has_ports; 0 for UDP */
 	__u8 nonfirst; /* a fragment with offset != 0 */
 	__u8 has_ports;
 	__u8 kind; /* family (0, 4 or 8) | nonfirst << 1 | has_ports */
@@ -991,6 +997,12 @@ static __always_inline int fd_ports(struct fd_pkt *p, void *pos, void *data_end)
 		return -1;
 	/* Both ports in one load: sport in the high half. */
 	ports = bpf_ntohl(*(__u32 *)pos);
+	p->tcpflags = 0;
+	if (p->proto == IPPROTO_TCP) {
+		if (pos + 20 > data_end)
+			return -1;
+		p->tcpflags = ((__u8 *)pos)[13];
+	}
 	p->sport = ports >> 16;
 	p->dport = ports & 0xffff;
 	p->has_ports = 1;
@@ -1051,6 +1063,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	 * them (an undefined register), which the verifier refuses. */
 	p.sport = 0;
 	p.dport = 0;
+	p.tcpflags = 0;
 
 	if (et == ETH_P_IP) {
 		struct iphdr *iph;

@@ -251,6 +251,7 @@ const (
 	recDport   = 62
 	recProto   = 66
 	recTTL     = 67
+	recTCPSet  = 69 // then tcp_clear, tcp_exact
 )
 
 // recLive reports whether a record with generations added and removed is

@@ -92,6 +92,9 @@ func (g *diffGen) frame() []byte {
 		s.TTL = g.ttl()
 	}
 	f := s.Build()
+	if s.Proto == ProtoTCP && f.L4 >= 0 && f.L4+14 <= len(f.Bytes) && g.rng.IntN(2) == 0 {
+		f.Bytes[f.L4+13] = g.flagByte()
+	}
 	switch n := g.rng.IntN(10); {
 	case n < 2:
 		return frames.Mutate(g.rng, f)
@@ -151,6 +154,29 @@ func (g *diffGen) ttlRange() *ByteRange {
 	return &ByteRange{Lo: lo, Hi: hi}
 }
 
+// diffFlags are the TCP flag bytes rules and frames are drawn from: those
+// of attacks and scans, then any.
+var diffFlags = []uint8{0x02, 0x12, 0x10, 0x04, 0x14, 0x01, 0x11, 0x29, 0x00, 0xff, 0x18, 0xc2}
+
+func (g *diffGen) flagByte() uint8 {
+	if g.rng.IntN(4) == 0 {
+		return uint8(g.rng.Uint32())
+	}
+	return diffFlags[g.rng.IntN(len(diffFlags))]
+}
+
+func (g *diffGen) tcpFlags() *TCPFlags {
+	if g.rng.IntN(4) == 0 {
+		return &TCPFlags{Set: g.flagByte(), Exact: true}
+	}
+	set := g.flagByte()
+	clear := g.flagByte() &^ set
+	if g.rng.IntN(2) == 0 {
+		clear = 0
+	}
+	return &TCPFlags{Set: set, Clear: clear}
+}
+
 // compound returns a random valid compound rule.
 func (g *diffGen) compound() Rule {
 	for {
@@ -185,6 +211,9 @@ func (g *diffGen) compound() Rule {
 		}
 		if g.rng.IntN(5) == 0 {
 			r.TTL = g.ttlRange()
+		}
+		if r.HasProto && r.Proto == ProtoTCP && g.rng.IntN(2) == 0 {
+			r.TCPFlags = g.tcpFlags()
 		}
 		if r.IsPrefixOnly() || r.Validate() != nil {
 			continue

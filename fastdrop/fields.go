@@ -2,8 +2,10 @@ package fastdrop
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -136,12 +138,12 @@ const (
 // matchFields are the match fields, in the order messages list them and
 // Rule.Validate checks them. init sets it, since entries refer to the
 // table (which a variable's initializer may not); nothing changes it.
-var matchFields [8]matchField
+var matchFields [9]matchField
 
 func init() {
 	matchFields = [...]matchField{
-		prefixField("src", unsafe.Offsetof(Rule{}.Src), recPlace{recFlagSrc, recSrcLen, recSrc}, func(r *Rule) *netip.Prefix { return &r.Src }, func(p *packet) netip.Addr { return p.src }, 2),
-		prefixField("dst", unsafe.Offsetof(Rule{}.Dst), recPlace{recFlagDst, recDstLen, recDst}, func(r *Rule) *netip.Prefix { return &r.Dst }, func(p *packet) netip.Addr { return p.dst }, 4),
+		prefixField("src", unsafe.Offsetof(Rule{}.Src), recPlace{recFlagSrc, recSrcLen, recSrc}, func(r *Rule) *netip.Prefix { return &r.Src }, func(p *packet) netip.Addr { return p.src }, 3),
+		prefixField("dst", unsafe.Offsetof(Rule{}.Dst), recPlace{recFlagDst, recDstLen, recDst}, func(r *Rule) *netip.Prefix { return &r.Dst }, func(p *packet) netip.Addr { return p.dst }, 5),
 		{
 			name:     "proto",
 			examples: []string{"drop tcp", "pass proto 47", "drop ether ipv6 icmpv6", "drop proto 44 src 2001:db8::/32 frag"},
@@ -183,8 +185,8 @@ func init() {
 			encode:  func(b []byte, r *Rule) { b[recProto] = r.Proto },
 			decode:  func(b []byte, r *Rule) { r.Proto, r.HasProto = b[recProto], true },
 		},
-		portField("sport", unsafe.Offsetof(Rule{}.SrcPort), recPlace{flag: recFlagSport, val: recSport}, fldSport, int(gen.FastdropFdDirectFD_DIR_SPORT), func(r *Rule) **PortRange { return &r.SrcPort }, func(p *packet) uint16 { return p.sport }, 3),
-		portField("dport", unsafe.Offsetof(Rule{}.DstPort), recPlace{flag: recFlagDport, val: recDport}, fldDport, int(gen.FastdropFdDirectFD_DIR_DPORT), func(r *Rule) **PortRange { return &r.DstPort }, func(p *packet) uint16 { return p.dport }, 5),
+		portField("sport", unsafe.Offsetof(Rule{}.SrcPort), recPlace{flag: recFlagSport, val: recSport}, fldSport, int(gen.FastdropFdDirectFD_DIR_SPORT), func(r *Rule) **PortRange { return &r.SrcPort }, func(p *packet) uint16 { return p.sport }, 4),
+		portField("dport", unsafe.Offsetof(Rule{}.DstPort), recPlace{flag: recFlagDport, val: recDport}, fldDport, int(gen.FastdropFdDirectFD_DIR_DPORT), func(r *Rule) **PortRange { return &r.DstPort }, func(p *packet) uint16 { return p.dport }, 6),
 		{
 			name:     "ether",
 			examples: []string{"drop ether arp", "pass ether 0x1234", "drop ether ipv4 udp dst 10.0.0.0/8"},
@@ -232,7 +234,7 @@ func init() {
 			at:       unsafe.Offsetof(Rule{}.Fragment),
 			store:    storeBool,
 			text:     func(*Rule) string { return "frag" },
-			textPos:  6,
+			textPos:  7,
 			ip:       true,
 			frames:   framesNonfirst,
 			match:    func(_ *Rule, pkt *packet) bool { return pkt.isIP && pkt.fragment },
@@ -255,7 +257,7 @@ func init() {
 			at:      unsafe.Offsetof(Rule{}.TTL),
 			store:   storePtr,
 			text:    func(r *Rule) string { return "ttl " + r.TTL.String() },
-			textPos: 7,
+			textPos: 8,
 			ip:      true,
 			check: func(r *Rule) error {
 				if r.TTL.Lo > r.TTL.Hi {
@@ -271,7 +273,156 @@ func init() {
 			encode:  func(b []byte, r *Rule) { b[recTTL], b[recTTL+1] = r.TTL.Lo, r.TTL.Hi },
 			decode:  func(b []byte, r *Rule) { r.TTL = &ByteRange{Lo: b[recTTL], Hi: b[recTTL+1]} },
 		},
+		{
+			name:     "flags",
+			examples: []string{"drop tcp flags syn,!ack dport 80", "drop tcp flags ==syn", "drop tcp flags fin,psh,urg", "pass tcp flags ==none", "drop tcp flags !syn,!rst,!ack src 2001:db8::/32"},
+			need:     "flags needs a value (" + wantTCPFlags + ")",
+			parse: func(r *Rule, v string) string {
+				fl, msg := parseTCPFlags(v)
+				if msg != "" {
+					return fmt.Sprintf("flags %s: %s", clipped(v), msg)
+				}
+				r.TCPFlags = fl
+				return ""
+			},
+			at:      unsafe.Offsetof(Rule{}.TCPFlags),
+			store:   storePtr,
+			text:    func(r *Rule) string { return "flags " + r.TCPFlags.String() },
+			textPos: 2,
+			ip:      true,
+			frames:  framesPorts,
+			check: func(r *Rule) error {
+				fl := r.TCPFlags
+				if !fl.Exact && fl.Set|fl.Clear == 0 {
+					return errors.New("flags names no flag (" + wantTCPFlags + ")")
+				}
+				if fl.Set&fl.Clear != 0 || fl.Exact && fl.Clear != 0 {
+					return fmt.Errorf("flags %s: a flag both set and clear never matches", fl)
+				}
+				if !r.HasProto || r.Proto != ProtoTCP {
+					return fmt.Errorf("flags needs protocol tcp (write e.g. \"tcp flags %s\")", fl)
+				}
+				if r.Fragment {
+					return errors.New("frag never matches together with flags: non-first fragments carry no TCP header")
+				}
+				return nil
+			},
+			match: func(r *Rule, pkt *packet) bool {
+				return pkt.hasPorts && pkt.proto == ProtoTCP && r.TCPFlags.Matches(pkt.tcpFlags)
+			},
+			direct: &directField{fld: int(gen.FastdropFdFieldFD_FLD_FLAGS), off: int(gen.FastdropFdDirectFD_DIR_FLAGS), bits: 8,
+				spans: func(r *Rule, dst []span) []span {
+					return valueSpans(dst, 256, func(v int) bool { return r.TCPFlags.Matches(uint8(v)) })
+				}},
+			recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_FLAGS),
+			rec:     []recMember{{"tcp_set", recTCPSet, 1}, {"tcp_clear", recTCPSet + 1, 1}, {"tcp_exact", recTCPSet + 2, 1}},
+			encode: func(b []byte, r *Rule) {
+				b[recTCPSet], b[recTCPSet+1], b[recTCPSet+2] = r.TCPFlags.Set, r.TCPFlags.Clear, 0
+				if r.TCPFlags.Exact {
+					b[recTCPSet+2] = 1
+				}
+			},
+			decode: func(b []byte, r *Rule) {
+				r.TCPFlags = &TCPFlags{Set: b[recTCPSet], Clear: b[recTCPSet+1], Exact: b[recTCPSet+2] != 0}
+			},
+		},
 	}
+}
+
+// valueSpans appends the values v < n that ok allows to dst, as spans.
+func valueSpans(dst []span, n int, ok func(v int) bool) []span {
+	for v := 0; v < n; v++ {
+		if !ok(v) {
+			continue
+		}
+		if k := len(dst) - 1; k >= 0 && dst[k].hi == v-1 {
+			dst[k].hi = v
+		} else {
+			dst = append(dst, span{v, v})
+		}
+	}
+	return dst
+}
+
+// TCPFlags is what the flags field matches in a TCP header's byte 13
+// (CWR, ECE, URG, ACK, PSH, RST, SYN, FIN from the top bit down), with
+// FlowSpec's bitmask semantics (RFC 8955 4.2.2.9): every bit of Set set
+// and every bit of Clear clear, the others any; with Exact, the byte is
+// Set and Clear is 0.
+type TCPFlags struct {
+	Set, Clear uint8
+	Exact      bool
+}
+
+// TCP flag bits, in the order String writes them.
+var tcpFlagNames = [8]string{"fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr"}
+
+const wantTCPFlags = "want flag names fin, syn, rst, psh, ack, urg, ece, cwr separated by commas, each set, or clear with !, as in syn,!ack; or == and the only flags set, as in ==syn or ==none"
+
+// Matches reports whether a TCP flags byte matches f.
+func (f TCPFlags) Matches(b uint8) bool {
+	if f.Exact {
+		return b == f.Set
+	}
+	return b&f.Set == f.Set && b&f.Clear == 0
+}
+
+func (f TCPFlags) String() string {
+	var b strings.Builder
+	if f.Exact {
+		b.WriteString("==")
+		if f.Set == 0 {
+			b.WriteString("none")
+		}
+	}
+	for i, name := range tcpFlagNames {
+		bit := uint8(1) << i
+		if f.Set&bit == 0 && f.Clear&bit == 0 {
+			continue
+		}
+		if b.Len() > 0 && b.String() != "==" {
+			b.WriteByte(',')
+		}
+		if f.Clear&bit != 0 {
+			b.WriteByte('!')
+		}
+		b.WriteString(name)
+	}
+	return b.String()
+}
+
+// parseTCPFlags parses flags' value: NAME[,NAME...] where a NAME may have
+// a leading ! (clear), or == and names (exact), or ==none.
+func parseTCPFlags(s string) (*TCPFlags, string) {
+	f := &TCPFlags{}
+	rest, exact := strings.CutPrefix(s, "==")
+	f.Exact = exact
+	if exact && rest == "none" {
+		return f, ""
+	}
+	for _, name := range strings.Split(rest, ",") {
+		clear := false
+		if n, ok := strings.CutPrefix(name, "!"); ok {
+			if exact {
+				return nil, "! has no place after == (the flags == does not name are clear): write ==syn, or syn,!ack for some flags set and some clear"
+			}
+			name, clear = n, true
+		}
+		i := slices.Index(tcpFlagNames[:], name)
+		if i < 0 {
+			return nil, fmt.Sprintf("unknown TCP flag %q (%s)", clipped(name), wantTCPFlags)
+		}
+		bit := uint8(1) << i
+		if (f.Set|f.Clear)&bit != 0 {
+			return nil, fmt.Sprintf("%s given twice (name each flag once)", name)
+		}
+		if clear {
+			f.Clear |= bit
+		} else {
+			f.Set |= bit
+		}
+	}
+	return f, ""
 }
 
 // ByteRange is an inclusive range of the values of an 8-bit field (ttl); a

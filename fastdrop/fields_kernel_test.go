@@ -86,3 +86,57 @@ drop tcp dport 80 ttl 33                                             # 6
 	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
 	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
 }
+
+// withTCPFlags builds a TCP frame with flags byte fl (0 included, which
+// frames.Spec cannot say: its 0 means SYN).
+func withTCPFlags(s frames.Spec, fl uint8) []byte {
+	f := s.Build()
+	f.Bytes[f.L4+13] = fl
+	return f.Bytes
+}
+
+// TestKernelTCPFlags: flags has FlowSpec's bitmask semantics (the named
+// bits set, the ! bits clear, the others any; == the whole byte), for TCP
+// over IPv4 and IPv6, tagged or with extension headers, never UDP or a
+// non-first fragment; with up to 64 compound rules and with more.
+func TestKernelTCPFlags(t *testing.T) {
+	const (
+		fin, syn, rst, psh, ack, urg, ece, cwr = 1, 2, 4, 8, 16, 32, 64, 128
+	)
+	rules := `
+drop tcp flags syn,!ack dport 80          # 0
+drop tcp flags ==syn                      # 1
+drop tcp flags fin,psh,urg                # 2
+pass tcp flags ==none                     # 3
+drop tcp flags !syn,!rst,!ack src 2001:db8::/32  # 4
+drop tcp src 10.0.0.0/8 sport 1-9 dst 10.9.0.0/16 flags rst   # 5
+`
+	t4 := func(dport uint16, fl uint8) []byte {
+		return withTCPFlags(spec4("198.51.100.1", "198.51.100.2", frames.ProtoTCP, 5, dport), fl)
+	}
+	cases := []matchCase{
+		{"syn to 80", t4(80, syn), kCompound(ActionDrop, 0)},
+		{"syn+ece+cwr to 80 (other bits any)", t4(80, syn|ece|cwr), kCompound(ActionDrop, 0)},
+		{"syn+ack to 80", t4(80, syn|ack), kDefault(ActionPass)},
+		{"syn to 81: exactly syn", t4(81, syn), kCompound(ActionDrop, 1)},
+		{"syn+ece to 81: not exactly syn", t4(81, syn|ece), kDefault(ActionPass)},
+		{"xmas", t4(81, fin|psh|urg), kCompound(ActionDrop, 2)},
+		{"xmas and more", t4(81, 0xff), kCompound(ActionDrop, 2)},
+		{"fin+psh only", t4(81, fin|psh), kDefault(ActionPass)},
+		{"null scan", t4(81, 0), kCompound(ActionPass, 3)},
+		{"IPv6 ack only", withTCPFlags(spec6("2001:db8::1", "2001:db8:1::1", frames.ProtoTCP, 5, 81), fin), kCompound(ActionDrop, 4)},
+		{"IPv6 ack", withTCPFlags(spec6("2001:db8::1", "2001:db8:1::1", frames.ProtoTCP, 5, 81), ack|psh), kDefault(ActionPass)},
+		{"IPv6 after extension headers", withTCPFlags(spec6("2001:db8::1", "2001:db8:1::1", frames.ProtoTCP, 5, 81, exth(frames.ProtoHopByHop, 0)), psh), kCompound(ActionDrop, 4)},
+		{"tagged syn to 80", withTCPFlags(tagged(spec4("198.51.100.1", "198.51.100.2", frames.ProtoTCP, 5, 80), frames.TPID8021Q), syn), kCompound(ActionDrop, 0)},
+		{"udp is not tcp", spec4("198.51.100.1", "198.51.100.2", frames.ProtoUDP, 5, 80).Build().Bytes, kDefault(ActionPass)},
+		{"non-first fragment has no flags", func() []byte {
+			s := spec4("198.51.100.1", "198.51.100.2", frames.ProtoTCP, 5, 81)
+			s.IPv4FragOffset = 10
+			return s.Build().Bytes
+		}(), kDefault(ActionPass)},
+		{"all four fields and flags", withTCPFlags(spec4("10.1.1.1", "10.9.1.1", frames.ProtoTCP, 5, 81), rst|ack), kCompound(ActionDrop, 5)},
+		{"all four fields, flags out", withTCPFlags(spec4("10.1.1.1", "10.9.1.1", frames.ProtoTCP, 5, 81), ack), kDefault(ActionPass)},
+	}
+	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
+	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
+}

@@ -84,6 +84,7 @@ type packet struct {
 	src, dst  netip.Addr
 	proto     uint8 // IPv4 protocol or IPv6 final next header
 	ttl       uint8 // IPv4 TTL or IPv6 hop limit
+	tcpFlags  uint8 // TCP header byte 13, when hasPorts and TCP
 	fragment  bool  // non-first fragment (offset != 0)
 	hasPorts  bool  // TCP or UDP and not a non-first fragment
 	sport     uint16
@@ -280,6 +281,9 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 		pkt.hasPorts = true
 		pkt.sport = be.Uint16(b[l4 : l4+2])
 		pkt.dport = be.Uint16(b[l4+2 : l4+4])
+		if pkt.proto == ProtoTCP {
+			pkt.tcpFlags = b[l4+13]
+		}
 	}
 	return pkt, true, ext
 }

@@ -102,6 +102,7 @@ type Rule struct {
 	EtherType uint16
 	Fragment  bool       // matches only non-first IP fragments (fragment offset != 0)
 	TTL       *ByteRange // nil = any; the IPv4 TTL or IPv6 hop limit
+	TCPFlags  *TCPFlags  // nil = any; needs HasProto with Proto 6 (tcp)
 	Line      int        // 1-based line in the rule file, 0 if built in code
 }
 
@@ -125,7 +126,7 @@ func (r Rule) IsPrefixOnly() bool {
 // String returns r in canonical rule-file syntax, for example
 // "drop udp src 192.0.2.0/24 dport 11211". Parsing it gives back r (apart
 // from Line). Fields are written in the order of their textPos: ether,
-// proto, src, sport, dst, dport, frag.
+// proto, flags, src, sport, dst, dport, frag, ttl.
 func (r Rule) String() string {
 	var b strings.Builder
 	b.WriteString(r.Action.String())

@@ -52,7 +52,9 @@ type LpmtrieFdRuleRec struct {
 	Proto      uint8
 	TtlLo      uint8
 	TtlHi      uint8
-	Pad0       [3]uint8
+	TcpSet     uint8
+	TcpClear   uint8
+	TcpExact   uint8
 	Match      [24]uint8
 	Reserved   [32]uint8
 }
