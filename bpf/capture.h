@@ -24,6 +24,7 @@ enum fd_cap_layout {
 	FD_CAP_SLOTS = 8,        /* captures at once */
 	FD_CAP_SNAP_MAX = 9216,  /* largest snap length: a jumbo frame */
 	FD_CAP_RING = 1 << 21,   /* bytes of each capture's ring */
+	FD_CAP_RULE_SNAP = 2048, /* snap length of rules' samples */
 
 	/* fd_cap_sel.verdicts: the frame's XDP action as 1 << action
 	 * (XDP_DROP 1, XDP_PASS 2, XDP_REDIRECT 4), and FD_CAP_V_MALFORMED

@@ -275,6 +275,7 @@ type Engine struct {
 	nextSlot   uint32
 	ncompound  int
 	maxOrder   uint32 // the largest order a record holds
+	nsampled   int    // rules with a sample modifier
 
 	v4      *v4Table
 	v6      *v6Table
@@ -749,7 +750,7 @@ func (e *Engine) namePrefixDup(p *plan, dup *dupPrefixError) error {
 // sameRule reports whether a and b are the same rule but for Line.
 func sameRule(a, b *Rule) bool {
 	if a.IsPrefixOnly() || b.IsPrefixOnly() {
-		return a.IsPrefixOnly() && b.IsPrefixOnly() && a.Src == b.Src && a.Action == b.Action
+		return a.IsPrefixOnly() && b.IsPrefixOnly() && a.Src == b.Src && a.Action == b.Action && a.Sample == b.Sample
 	}
 	return a.String() == b.String()
 }
@@ -782,6 +783,18 @@ func (e *Engine) planApply(rules []Rule, policy, malformed Action) *plan {
 	p := &plan{rules: rules, slots: make([]uint32, len(rules)), policy: policy, malformed: malformed, whole: true}
 	ck := compoundKeys(rules)
 	kept := make([]bool, e.nslots)
+	// A prefix rule is found by its prefix and action, which do not
+	// say its sample modifier: one whose modifier changed is a new rule
+	// (its record, which the program reads, is written afresh).
+	var sampleOf map[uint32]uint32
+	for i := range e.rules {
+		if e.rules[i].Sample != 0 && e.rules[i].IsPrefixOnly() {
+			if sampleOf == nil {
+				sampleOf = make(map[uint32]uint32)
+			}
+			sampleOf[e.slots[i]] = e.rules[i].Sample
+		}
+	}
 	for i := range rules {
 		var s uint32
 		var ok bool
@@ -789,6 +802,7 @@ func (e *Engine) planApply(rules []Rule, policy, malformed Action) *plan {
 			s, ok = e.textSlot[k]
 		} else if rules[i].Src.IsValid() {
 			s, ok = e.prefixIndex().get(slotKeyOf(rules[i].Src, rules[i].Action))
+			ok = ok && sampleOf[s] == rules[i].Sample
 		}
 		if ok && !kept[s] {
 			p.slots[i] = s
@@ -1094,6 +1108,12 @@ func (e *Engine) loadLocked() error {
 		rules, slots, orders = r2, s2, o2
 	}
 	e.rules, e.slots = rules, slots
+	e.nsampled = 0
+	for i := range rules {
+		if rules[i].Sample != 0 {
+			e.nsampled++
+		}
+	}
 	for i, s := range slots {
 		e.orderOf[s] = orders[i]
 		e.maxOrder = max(e.maxOrder, orders[i])
@@ -1256,6 +1276,16 @@ func (e *Engine) commitLocked(p *plan) error {
 			e.textSlot[k] = p.slots[i]
 		}
 	}
+	for _, i := range p.added {
+		if p.rules[i].Sample != 0 {
+			e.nsampled++
+		}
+	}
+	for _, i := range p.removed {
+		if old.rules[i].Sample != 0 {
+			e.nsampled--
+		}
+	}
 	e.rules, e.slots = p.rules, p.slots
 	e.policy, e.malformed = p.policy, p.malformed
 	e.free, e.nextSlot = free, nextSlot
@@ -1267,8 +1297,12 @@ func (e *Engine) commitLocked(p *plan) error {
 		if rerr := e.loadLocked(); rerr != nil {
 			return errors.Join(fmt.Errorf("fastdrop: %w", err), rerr)
 		}
+		e.mem.active.setRuleSamples(e.nsampled > 0)
 		return fmt.Errorf("fastdrop: %w", err)
 	}
+	// After the flip: the records of the new set, which the program reads
+	// for their sample modifiers, are written.
+	e.mem.active.setRuleSamples(e.nsampled > 0)
 	return nil
 }
 
@@ -1564,7 +1598,7 @@ func (e *Engine) writeClassifier(h uint32) error {
 		}
 		// (No table for IPv4 fields with at most 64 rules: wideTries.)
 		if tab := c.tabs[fld]; len(tab) > 0 {
-			if _, err := e.mem.cls.WriteAt(u16Bytes(tab), half+clsTab+int64(fieldTab[fld])*2); err != nil {
+			if _, err := e.mem.cls.WriteAt(u16Bytes(tab), half+clsTab+int64(fieldTab(fld))*2); err != nil {
 				return fmt.Errorf("write compound rule tables: %w", err)
 			}
 		}
@@ -1582,7 +1616,7 @@ func (e *Engine) writeClassifier(h uint32) error {
 		if len(s) == 0 {
 			continue
 		}
-		if _, err := e.mem.cls.WriteAt(u64Bytes(s), half+clsB64+int64(fieldB64[fld])*8); err != nil {
+		if _, err := e.mem.cls.WriteAt(u64Bytes(s), half+clsB64+int64(fieldB64(fld))*8); err != nil {
 			return fmt.Errorf("write compound rule bitmaps: %w", err)
 		}
 	}
