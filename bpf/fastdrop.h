@@ -1268,10 +1268,15 @@ static __always_inline long fd_cap_send(struct xdp_md *ctx, void *ring, struct f
 {
 	__u32 caplen = snaplen < len ? snaplen : len;
 
-	if (caplen > FD_CAP_SNAP_MAX)
-		caplen = FD_CAP_SNAP_MAX;
-	if (caplen == 0 || bpf_xdp_load_bytes(ctx, 0, pc->data, caplen) < 0)
+	/* Opaque: clang would otherwise test a copy, and the verifier must
+	 * see the bounds on the register the helper gets. */
+	fd_opaque(caplen);
+	if (caplen >= 1 && caplen <= FD_CAP_SNAP_MAX) {
+		if (bpf_xdp_load_bytes(ctx, 0, pc->data, caplen) < 0)
+			caplen = 0;
+	} else {
 		caplen = 0;
+	}
 	pc->rec.tstamp = bpf_ktime_get_ns();
 	pc->rec.len = len;
 	pc->rec.caplen = caplen;

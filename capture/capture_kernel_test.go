@@ -168,3 +168,61 @@ func TestCaptureSlotsRunOut(t *testing.T) {
 		require.NoError(t, c.Close())
 	}
 }
+
+// TestRuleSamples: a rule's sample modifier sends 1 in N of its frames to
+// the rule samples' ring with no capture registered, where they wait for
+// ReadRuleSamples; the program tests for it only while such a rule is in
+// force.
+func TestRuleSamples(t *testing.T) {
+	e, m := newEngine(t, "drop udp dport 11211 sample 1/10\ndrop udp dport 19\n")
+	rs, slots, err := e.RuleSlots()
+	require.NoError(t, err)
+	require.Equal(t, uint32(10), rs.Rules[0].Sample)
+	reg, err := capture.Registrations(m.Main)
+	require.NoError(t, err)
+	require.Equal(t, uint32(1<<15), reg, "only the rule samples' bit")
+
+	memcached := frames.UDP4("198.51.100.1", "192.0.2.9", 1000, 11211, 18).Bytes
+	chargen := frames.UDP4("198.51.100.1", "192.0.2.9", 1000, 19, 18).Bytes
+	run(t, e, memcached, 100, xdpDrop)
+	run(t, e, chargen, 50, xdpDrop)
+
+	// Read after the fact: the samples waited in the ring.
+	c, err := capture.ReadRuleSamples(m)
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = capture.ReadRuleSamples(m)
+	require.ErrorIs(t, err, capture.ErrRuleSamplesBusy, "one reader at a time")
+	got := readAll(t, c)
+	require.Len(t, got, 10, "1 in 10 of 100 frames")
+	for _, s := range got {
+		require.True(t, s.RuleSample)
+		require.Equal(t, slots[0], s.Slot)
+		require.Equal(t, memcached, s.Data)
+		require.Equal(t, capture.VerdictDrop, s.Verdict)
+	}
+	st, err := c.Stats()
+	require.NoError(t, err)
+	require.Equal(t, capture.Stats{Seen: 10, Sent: 10}, st)
+
+	// A capture at the same time gets its own frames, not these.
+	d, err := capture.Start(m, capture.Selection{RuleSlot: slots[1]})
+	require.NoError(t, err)
+	run(t, e, chargen, 3, xdpDrop)
+	require.Len(t, readAll(t, d), 3)
+	require.NoError(t, d.Close())
+
+	// Without sample modifiers the program no longer looks.
+	rs2, err := fastdrop.Parse(strings.NewReader("drop udp dport 11211\n"), "t")
+	require.NoError(t, err)
+	require.NoError(t, e.Apply(rs2))
+	reg, err = capture.Registrations(m.Main)
+	require.NoError(t, err)
+	require.Zero(t, reg)
+	run(t, e, memcached, 20, xdpDrop)
+	require.Empty(t, readAll(t, c))
+	require.NoError(t, c.Close())
+	c, err = capture.ReadRuleSamples(m)
+	require.NoError(t, err, "the reader's claim is released on Close")
+	require.NoError(t, c.Close())
+}

@@ -383,6 +383,9 @@ func (p *parser) rule(r *Rule) *ParseError {
 				return p.errorf("%s", msg)
 			}
 			r.Sample, toks = n, toks[1:]
+			if len(toks) > 0 && toks[0] == sampleKeyword {
+				return p.errorf("sample given twice (once per rule)")
+			}
 			if len(toks) > 0 {
 				return p.errorf("unexpected %q after sample: the sample modifier comes last", clipped(toks[0]))
 			}

@@ -23,6 +23,7 @@ type captureFlags struct {
 	iface, rule, match, sample, rate, write string
 	verdicts                                []string
 	queue, snaplen                          int
+	ruleSamples                             bool
 	count                                   uint64
 	duration                                time.Duration
 }
@@ -53,10 +54,16 @@ options. It runs until --count frames are captured, --duration passes or
 Ctrl-C, then prints what it saw, captured and lost (the program never waits
 for a capture: frames it could not hand over because the capture fell
 behind are counted as lost, and keep their verdict). Up to 8 captures may
-run on one interface at once; each removes itself when it exits.`,
+run on one interface at once; each removes itself when it exits.
+
+Rules with a sample modifier ('drop udp dport 11211 sample 1/1000') send 1
+in N of their frames to a ring of their own whether anyone reads it or
+not; --rule-samples reads those (oldest first: they may have waited
+there), one such capture at a time, filtered by the other flags here.`,
 		Example: `  xdpdrop capture --iface eth3 --verdict drop --count 20
   xdpdrop capture --iface eth3 --rule 12 --sample 1/100 -w rule12.pcapng
-  xdpdrop capture --iface eth3 --verdict pass --match 'udp dport 53' -w - | tcpdump -nn -r -`,
+  xdpdrop capture --iface eth3 --verdict pass --match 'udp dport 53' -w - | tcpdump -nn -r -
+  xdpdrop capture --iface eth3 --rule-samples -w sampled.pcapng`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.capture(cmd.Context(), f)
@@ -74,6 +81,7 @@ run on one interface at once; each removes itself when it exits.`,
 	fl.DurationVar(&f.duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
 	fl.IntVar(&f.snaplen, "snaplen", capture.MaxSnaplen, fmt.Sprintf("bytes of each frame to keep (1 to %d)", capture.MaxSnaplen))
 	fl.StringVarP(&f.write, "write", "w", "", "write pcapng to this file ('-': standard output) instead of lines")
+	fl.BoolVar(&f.ruleSamples, "rule-samples", false, "read the frames that rules' sample modifiers sent (they wait for a reader), instead of choosing frames")
 	_ = cmd.MarkFlagRequired("iface")
 	return cmd
 }
@@ -105,6 +113,17 @@ type captureSetup struct {
 	match *capture.Match
 	every uint32 // user-space sampling (with --match)
 	rate  uint32 // user-space cap, exact
+	// user is the selection applied here (--rule-samples: the program's
+	// ring of rule samples takes no selection).
+	user capture.Selection
+}
+
+// takes reports whether the user-space selection takes s.
+func (u *captureSetup) takes(s *capture.Sample) bool {
+	sel := &u.user
+	return (sel.Verdicts == 0 || sel.Verdicts&s.Verdict != 0) &&
+		(sel.RuleSlot == 0 || sel.RuleSlot == s.Slot) &&
+		(!sel.OnQueue || sel.Queue == s.Queue)
 }
 
 func (f *captureFlags) setup() (*captureSetup, error) {
@@ -143,6 +162,20 @@ func (f *captureFlags) setup() (*captureSetup, error) {
 		if s.rate, err = parseRate(f.rate); err != nil {
 			return nil, err
 		}
+	}
+	if f.ruleSamples {
+		// The program's ring of rule samples is not selected: every
+		// flag applies here, to what it holds.
+		s.user = s.sel
+		s.every = every
+		if f.match != "" {
+			m, err := capture.ParseMatch(f.match)
+			if err != nil {
+				return nil, usagef("--match: %v", err)
+			}
+			s.match = m
+		}
+		return s, nil
 	}
 	if f.match != "" {
 		m, err := capture.ParseMatch(f.match)
@@ -285,6 +318,9 @@ func (a *app) capture(ctx context.Context, f *captureFlags) error {
 		if cs.sel.RuleSlot, err = findRule(f.iface, f.rule, rs, slots); err != nil {
 			return err
 		}
+		if f.ruleSamples {
+			cs.user.RuleSlot = cs.sel.RuleSlot
+		}
 	}
 	maps, err := capture.MapsOf(eng.Maps())
 	if err != nil {
@@ -315,8 +351,16 @@ func (a *app) capture(ctx context.Context, f *captureFlags) error {
 		}
 	}
 
-	c, err := capture.Start(maps, cs.sel)
+	var c *capture.Capture
+	if f.ruleSamples {
+		c, err = capture.ReadRuleSamples(maps)
+	} else {
+		c, err = capture.Start(maps, cs.sel)
+	}
 	if err != nil {
+		if errors.Is(err, capture.ErrRuleSamplesBusy) {
+			return fmt.Errorf("%w on %s; stop it and try again", err, f.iface)
+		}
 		if errors.Is(err, capture.ErrNoSlot) {
 			return fmt.Errorf("%w on %s: %d captures already run there; stop one and try again", err, f.iface, capture.Slots)
 		}
@@ -379,6 +423,9 @@ func (a *app) captureLoop(ctx context.Context, f *captureFlags, cs *captureSetup
 			return res, err
 		}
 		res.received++
+		if f.ruleSamples && !cs.takes(&s) {
+			continue
+		}
 		if cs.match != nil {
 			if !cs.match.Matches(s.Data, s.Length) {
 				continue
@@ -433,6 +480,11 @@ func writeErr(f *captureFlags, err error) error {
 
 func (a *app) captureSummary(f *captureFlags, cs *captureSetup, st capture.Stats, res captureResult) {
 	w := a.stderr
+	if f.ruleSamples {
+		fmt.Fprintf(w, "%d rule samples sent since the program was loaded, %d lost (no one read them in time); %d read, %d captured\n",
+			st.Sent, st.Lost, res.received, res.captured)
+		return
+	}
 	fmt.Fprintf(w, "%d frames seen, %d captured, %d lost (the capture fell behind)", st.Seen, res.captured, st.Lost)
 	if cs.match != nil {
 		fmt.Fprintf(w, "; %d received, %d matched --match", res.received, res.matched)
