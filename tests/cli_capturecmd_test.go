@@ -349,3 +349,31 @@ func TestCLICaptureNoticesDetach(t *testing.T) {
 		t.Fatalf("capture still running 10s after detach; stderr: %s", cErr.String())
 	}
 }
+
+// TestCLICaptureRuleSamples: a rule's sample modifier keeps 1 in N of its
+// frames with no capture running; capture --rule-samples shows them
+// afterwards, with the rule that sent them.
+func TestCLICaptureRuleSamples(t *testing.T) {
+	v := sandboxForCLI(t)
+	rules := writeRules(t, "drop udp dport 11211 sample 1/10\ndrop udp dport 19\n")
+	r := cli(t, "drop", "--iface", v.Name, "--rules", rules, "--mode", "driver")
+	require.Equal(t, 0, r.code, r.stderr)
+	r = cli(t, "rules", "list", "--iface", v.Name)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "drop udp dport 11211 sample 1/10")
+
+	send(t, v, "100", "11211")
+	send(t, v, "30", "19")
+	out := filepath.Join(t.TempDir(), "samples.pcapng")
+	r = cli(t, "capture", "--iface", v.Name, "--rule-samples", "--duration", "1s", "-w", out)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stderr, "10 rule samples sent since the program was loaded, 0 lost")
+	_, ps := readPcapng(t, out)
+	require.Len(t, ps, 10)
+	for _, p := range ps {
+		require.Equal(t, `verdict=drop rule=1 rule_text="drop udp dport 11211 sample 1/10" queue=0 cpu=`, p.Comments[0][:len(p.Comments[0])-1])
+	}
+	r = cli(t, "capture", "--iface", v.Name, "--rule-samples", "--duration", "1s")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Empty(t, r.stdout, "read once")
+}
