@@ -426,14 +426,14 @@ func (a *app) captureLoop(ctx context.Context, f *captureFlags, cs *captureSetup
 		if f.ruleSamples && !cs.takes(&s) {
 			continue
 		}
-		if cs.match != nil {
-			if !cs.match.Matches(s.Data, s.Length) {
-				continue
-			}
-			res.matched++
-			if cs.every > 1 && (res.matched-1)%uint64(cs.every) != 0 {
-				continue
-			}
+		if cs.match != nil && !cs.match.Matches(s.Data, s.Length) {
+			continue
+		}
+		// Sampling here counts what the filters here kept (with --match
+		// or --rule-samples; otherwise the program sampled).
+		res.matched++
+		if cs.every > 1 && (res.matched-1)%uint64(cs.every) != 0 {
+			continue
 		}
 		if cs.rate > 0 {
 			if s.Time.Sub(winStart) >= time.Second {
