@@ -5,7 +5,10 @@
  * in front of AF_XDP sockets) can include it and act on fd_match()'s result.
  *
  * Evaluation order (docs/RULES.md): malformed -> compound rules (first
- * match in file order) -> longest source prefix -> default policy.
+ * match in rule-set order) -> longest source prefix -> late compound rules
+ * (the redirect command's, fd_conf.late_from) -> default policy. A
+ * frame whose action is redirect goes to the AF_XDP socket of its rx
+ * queue in fd_xsks (fd_xdp_verdict), or to the stack if none is bound.
  *
  * Every table exists twice ("halves"), or, for the IPv4 group pools, is
  * shared by the halves and changed copy-on-write. Packets read
@@ -45,7 +48,8 @@ enum fd_field {
 	FD_FLD_DST4 = 5,
 	FD_FLD_SRC6 = 6,
 	FD_FLD_DST6 = 7,
-	FD_FLD_MAX = 8,
+	FD_FLD_QUEUE = 8,
+	FD_FLD_MAX = 9,
 };
 
 enum fd_layout {
@@ -61,10 +65,11 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 1,
+	FD_LAYOUT_VERSION = 2,
 
 	/* Sizes of the records user space reads and writes. */
-	FD_REC_SIZE = 64,     /* struct fd_rule_rec */
+	FD_REC_SIZE = 128,    /* struct fd_rule_rec */
+	FD_ORIGIN_LEN = 16,   /* fd_rule_rec.origin */
 	FD_COUNTER_SIZE = 16, /* struct counter */
 	FD_V6_ENT_SIZE = 32,  /* struct fd_v6_ent */
 
@@ -91,6 +96,11 @@ enum fd_layout {
 	/* Entries of the front tables (see fd_front_ports, fd_front_proto). */
 	FD_FRONT_PORTS_N = 4 * FD_DIRECT, /* (IPv6, UDP) x dport */
 	FD_FRONT_PROTO_N = 4 * 256,       /* (IPv6, non-first fragment) x proto */
+	/* rx queues: a rule names queues 0 to FD_QUEUES - 1 (the XSKMAP has
+	 * a slot for each); a frame of a higher queue is indexed as
+	 * FD_QUEUES, which no queue range holds. */
+	FD_QUEUES = 256,
+	FD_QUEUE_N = 512, /* entries of a queue table: a power of two > FD_QUEUES */
 
 	/* fd_cls_half.tab: u16 class ids, FD_TAB_HALF per half. One
 	 * direct table per field (ports, ether, the first 16 bits of the
@@ -120,7 +130,8 @@ enum fd_layout {
 	FD_TAB_W4CHUNK = 1 << 12,  /* entries of a chunk: 12 bits */
 	FD_TAB_W4POOL = FD_TAB_W4 + 2 * FD_TAB_W4L1,
 	FD_TAB_W4CHUNKS = 128,
-	FD_TAB_HALF = FD_TAB_W4POOL + FD_TAB_W4CHUNKS * FD_TAB_W4CHUNK,
+	FD_TAB_QUEUE = FD_TAB_W4POOL + FD_TAB_W4CHUNKS * FD_TAB_W4CHUNK,
+	FD_TAB_HALF = FD_TAB_QUEUE + FD_QUEUE_N,
 	FD_TAB_EXT = 0x8000,
 
 	/* fd_cls_half.bm: rule bitmaps, FD_BM_HALF per half, FD_BM_FIELD
@@ -150,7 +161,8 @@ enum fd_layout {
 	FD_B64_DST6 = FD_B64_SRC6 + FD_BM_FIELD,
 	FD_B64_PORTS = FD_B64_DST6 + FD_BM_FIELD,
 	FD_B64_FRONT = FD_B64_PORTS + FD_FRONT_PORTS_N,
-	FD_B64_HALF = FD_B64_FRONT + FD_FRONT_PROTO_N,
+	FD_B64_QUEUE = FD_B64_FRONT + FD_FRONT_PROTO_N,
+	FD_B64_HALF = FD_B64_QUEUE + FD_QUEUE_N,
 
 	/* Byte offsets in struct fd_cls_half, and its size. */
 	FD_CLS_TAB = 0,
@@ -202,7 +214,9 @@ _Static_assert(FD_TAB_CHUNK == 1 << 8, "trie chunks resolve 8 bits (fd_trie4, fd
 _Static_assert(FD_TAB_W4L1 == 1 << 20 && FD_TAB_W4CHUNK == 1 << 12, "W4 tries: 20 + 12 bits (fd_trie4w)");
 _Static_assert(FD_TAB_W4POOL - FD_TAB_W4 >= 2 * FD_TAB_W4L1, "two first levels (source, destination)");
 _Static_assert(FD_POW2(FD_TAB_W4CHUNKS) && FD_TAB_W4CHUNKS <= FD_TAB_EXT, "W4 chunks: masked, and a u16 entry names one");
-_Static_assert(FD_TAB_HALF - FD_TAB_W4POOL >= FD_TAB_W4CHUNKS * FD_TAB_W4CHUNK, "W4 chunks");
+_Static_assert(FD_TAB_QUEUE - FD_TAB_W4POOL >= FD_TAB_W4CHUNKS * FD_TAB_W4CHUNK, "W4 chunks");
+_Static_assert(FD_TAB_HALF - FD_TAB_QUEUE >= FD_QUEUE_N, "queue table");
+_Static_assert(FD_POW2(FD_QUEUE_N) && FD_QUEUE_N > FD_QUEUES, "queue index: masked, FD_QUEUES is the queues above");
 /* fd_cls_half.bm */
 _Static_assert(FD_POW2(FD_BM_FIELD) && FD_BM_FIELD <= FD_TAB_EXT, "field classes: masked, below the chunk bit");
 _Static_assert(FD_BM_FRONT >= FD_FLD_MAX * FD_BM_FIELD, "the fields' bitmaps");
@@ -215,7 +229,8 @@ _Static_assert(FD_B64_PROTO - FD_B64_DPORT >= FD_DIRECT, "b64 dport");
 _Static_assert(FD_B64_SRC4 - FD_B64_PROTO >= 256, "b64 protocol");
 _Static_assert(FD_B64_PORTS - FD_B64_DST6 >= FD_BM_FIELD, "b64 address classes");
 _Static_assert(FD_B64_FRONT - FD_B64_PORTS >= FD_FRONT_PORTS_N, "b64 front with ports");
-_Static_assert(FD_B64_HALF - FD_B64_FRONT >= FD_FRONT_PROTO_N, "b64 front without ports");
+_Static_assert(FD_B64_QUEUE - FD_B64_FRONT >= FD_FRONT_PROTO_N, "b64 front without ports");
+_Static_assert(FD_B64_HALF - FD_B64_QUEUE >= FD_QUEUE_N, "b64 queue");
 /* struct fd_cls_half, struct fd_half: sizes fit an enum and a map value. */
 _Static_assert(FD_HALF_SIZE < 0x7fffffff / 2 - FD_MAIN_HALF, "fd_main fits an array map value");
 
@@ -284,6 +299,11 @@ struct fd_conf {
 	/* With at most 64 compound rules, the same by fd_ctz_hash of the
 	 * rule's bit: a match's val is one read after its bitmap. */
 	__u32 crule_h[64];
+	/* Compound rules from this position on are late: a frame they match
+	 * is looked up in the prefix rules first, and a prefix rule that
+	 * matches wins (the redirect command's rules come after every rule
+	 * of the drop command, its prefix rules too). ncompound when none. */
+	__u32 late_from;
 };
 
 /* One half of the compound-rule tables. */
@@ -335,6 +355,12 @@ struct fd_rule_rec {
 	__u32 gen_removed;
 	__u8 src[16];
 	__u8 dst[16];
+	__u16 queue_lo;
+	__u16 queue_hi;
+	/* Where the rule came from (fastdrop.Rule.Origin): a name of at most
+	 * FD_ORIGIN_LEN bytes, NUL-padded; all NUL for the default origin. */
+	char origin[FD_ORIGIN_LEN];
+	__u8 reserved[FD_REC_SIZE - 68 - FD_ORIGIN_LEN];
 };
 
 _Static_assert(sizeof(struct fd_rule_rec) == FD_REC_SIZE, "fd_rule_rec size");
@@ -346,6 +372,7 @@ enum fd_rec_flags {
 	FD_REC_SPORT = 8,
 	FD_REC_DPORT = 16,
 	FD_REC_FRAG = 32,
+	FD_REC_QUEUE = 64,
 };
 
 /* What xdp_fastdrop_trace prepends to the frame in a test run. */
@@ -371,6 +398,7 @@ struct fd_pkt {
 	__u8 nonfirst; /* a fragment with offset != 0 */
 	__u8 has_ports;
 	__u8 kind; /* family (0, 4 or 8) | nonfirst << 1 | has_ports */
+	__u16 queue; /* rx queue, FD_QUEUES for the queues above */
 };
 
 struct fd_result {
@@ -483,6 +511,32 @@ struct {
 /* Counter slots per CPU (in each value of fd_counters). */
 volatile const __u32 fd_counter_slots = 1024;
 
+/* AF_XDP sockets by rx queue: a frame whose action is redirect goes to
+ * the socket of its queue, or to the stack when the slot is empty. */
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, FD_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} fd_xsks SEC(".maps");
+
+/* What became of the frames a redirect rule (or policy) chose, by rx
+ * queue: key queue * FD_XSK_VERDICTS + enum fd_xsk_verdict; the queues
+ * from FD_QUEUES up share the slots of FD_QUEUES. Only those frames pay
+ * for it. */
+enum fd_xsk_verdict {
+	FD_XSK_REDIRECTED = 0, /* handed to the queue's socket */
+	FD_XSK_NO_SOCKET = 1,  /* no socket on the queue: to the stack */
+	FD_XSK_VERDICTS = 2,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, (FD_QUEUES + 1) * FD_XSK_VERDICTS);
+	__type(key, __u32);
+	__type(value, struct counter);
+} fd_xsk_counters SEC(".maps");
+
 /* Never read: it makes the types user space needs (and nothing above
  * references) part of the BTF, so bpf2go exports them to Go. */
 volatile const struct {
@@ -490,6 +544,7 @@ volatile const struct {
 	enum fd_field field;
 	enum fd_layout layout;
 	enum fd_rec_flags rec_flags;
+	enum fd_xsk_verdict xsk_verdict;
 	struct fd_trace_rec trace;
 	struct fd_v6_ent v6;
 	struct fd_state state;
@@ -616,6 +671,13 @@ static __always_inline __u32 fd_front_proto(const struct fd_pkt *p)
 	       (FD_FRONT_PROTO_N - 1);
 }
 
+/* The index of a frame's rx queue in the queue tables (FD_TAB_QUEUE,
+ * FD_B64_QUEUE). */
+static __always_inline __u32 fd_queue_idx(const struct fd_pkt *p)
+{
+	return p->queue & (FD_QUEUE_N - 1);
+}
+
 /* fd_compound returns the position of the first compound rule that
  * matches p, or -1. Each field used by some rule maps the frame's value to
  * the set of rules that field allows (a bitmap); the AND of those sets,
@@ -638,10 +700,14 @@ static __always_inline int fd_compound(const struct fd_conf *c, const struct fd_
 		return -1;
 	fields = c->fields;
 	if (!p->family) {
-		/* Not IP: only the EtherType. */
+		/* Not IP: only the EtherType and the queue. */
 		acc = c->kind[0];
 		if (fields & (1 << FD_FLD_ETHER)) {
 			if (!fd_bm_and(&acc, t, FD_FLD_ETHER, t->tab[FD_TAB_ETHER + p->ethertype]))
+				return -1;
+		}
+		if (fields & (1 << FD_FLD_QUEUE)) {
+			if (!fd_bm_and(&acc, t, FD_FLD_QUEUE, t->tab[FD_TAB_QUEUE + fd_queue_idx(p)]))
 				return -1;
 		}
 		return fd_bm_first(&acc);
@@ -653,6 +719,10 @@ static __always_inline int fd_compound(const struct fd_conf *c, const struct fd_
 	acc = t->bm[FD_BM_FRONT + (cls & (FD_BM_FRONTS - 1))];
 	if (!(acc.w[0] | acc.w[1] | acc.w[2] | acc.w[3]))
 		return -1;
+	if (fields & (1 << FD_FLD_QUEUE)) {
+		if (!fd_bm_and(&acc, t, FD_FLD_QUEUE, t->tab[FD_TAB_QUEUE + fd_queue_idx(p)]))
+			return -1;
+	}
 	if (p->has_ports && (fields & (1 << FD_FLD_SPORT))) {
 		if (!fd_bm_and(&acc, t, FD_FLD_SPORT, t->tab[FD_TAB_SPORT + p->sport]))
 			return -1;
@@ -721,14 +791,21 @@ static __always_inline int fd_compound64(const struct fd_conf *c, const struct f
 	} else if (p->family) {
 		acc = t->b64[FD_B64_FRONT + fd_front_proto(p)];
 	} else {
-		/* Not IP: only the EtherType. */
+		/* Not IP: only the EtherType and the queue. */
 		acc = c->kind[0].w[0];
 		if (fields & (1 << FD_FLD_ETHER))
 			acc &= t->b64[FD_B64_ETHER + p->ethertype];
+		if (fields & (1 << FD_FLD_QUEUE))
+			acc &= t->b64[FD_B64_QUEUE + fd_queue_idx(p)];
 		return acc ? fd_ctz_hash(acc) : -1;
 	}
 	if (!acc)
 		return -1;
+	if (fields & (1 << FD_FLD_QUEUE)) {
+		acc &= t->b64[FD_B64_QUEUE + fd_queue_idx(p)];
+		if (!acc)
+			return -1;
+	}
 	if (p->family == 4 && p->has_ports && (fields & FD_FLD4_ALL) == FD_FLD4_ALL) {
 		/* The rule sets of an attack use them all: one test instead
 		 * of three (the worst frame 2.44x -> 2.32x bare, A/B). */
@@ -976,6 +1053,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	 * them (an undefined register), which the verifier refuses. */
 	p.sport = 0;
 	p.dport = 0;
+	p.queue = ctx->rx_queue_index < FD_QUEUES ? ctx->rx_queue_index : FD_QUEUES;
 
 	if (et == ETH_P_IP) {
 		struct iphdr *iph;
@@ -1044,7 +1122,7 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 	const struct fd_env *env = arg;
 	const struct fd_half *h = env->h;
 	const struct fd_conf *c = &h->conf;
-	struct fd_result r = {};
+	struct fd_result r = {}, late = {};
 	int i;
 
 	if (!p) {
@@ -1063,7 +1141,10 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 				r.class = FD_CLASS_COMPOUND;
 				r.index = fd_ctz_tab[i & 63]; /* for the trace only */
 				r.val = c->crule_h[i & 63];
-				return r;
+				if (r.index < c->late_from)
+					return r;
+				late = r;
+				r.val = 0;
 			}
 		} else {
 			i = fd_compound(c, t, p);
@@ -1071,7 +1152,10 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 				r.class = FD_CLASS_COMPOUND;
 				r.index = i & (FD_MAX_COMPOUND - 1);
 				r.val = c->crule[r.index];
-				return r;
+				if (r.index < c->late_from)
+					return r;
+				late = r;
+				r.val = 0;
 			}
 		}
 	}
@@ -1082,8 +1166,12 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 		r.val = fd_v6_lookup(c, p->src6[0], p->src6[1]);
 	if (r.val) {
 		r.class = FD_CLASS_PREFIX;
+		r.index = 0;
 		return r;
 	}
+	/* A late compound rule matched and no prefix rule did. */
+	if (late.val)
+		return late;
 
 	r.class = FD_CLASS_DEFAULT;
 	r.val = (c->policy << FD_VAL_ACT_SHIFT) | (FD_SLOT_DEFAULT + (c->policy & 3));
@@ -1124,11 +1212,38 @@ static __always_inline __u32 fd_val_action(__u32 val)
 	return (val >> FD_VAL_ACT_SHIFT) & 3;
 }
 
-/* The XDP verdict of a drop program for an action. */
+/* The XDP verdict of an action for a program with no sockets (the LPM
+ * trie benchmark's, lpmtrie.c): redirect passes. */
 static __always_inline __u32 fd_xdp_action(__u32 act)
 {
-	/* Redirect has no meaning here; user space never loads it. */
 	return act == FD_ACT_DROP ? XDP_DROP : XDP_PASS;
+}
+
+/* fd_redirect hands the frame to the AF_XDP socket of its rx queue, or
+ * to the stack when none is bound there (bpf_redirect_map's flags are the
+ * verdict for an empty slot), and counts which by queue. */
+static __noinline int fd_redirect(__u32 queue, __u64 bytes)
+{
+	__u32 q = queue < FD_QUEUES ? queue : FD_QUEUES;
+	__u32 key;
+	int verdict = bpf_redirect_map(&fd_xsks, queue, XDP_PASS);
+	struct counter *c;
+
+	key = q * FD_XSK_VERDICTS + (verdict == XDP_REDIRECT ? FD_XSK_REDIRECTED : FD_XSK_NO_SOCKET);
+	c = bpf_map_lookup_elem(&fd_xsk_counters, &key);
+	if (c)
+		count(c, bytes);
+	return verdict;
+}
+
+/* The XDP verdict for an action. */
+static __always_inline __u32 fd_xdp_verdict(struct xdp_md *ctx, __u32 act, __u64 bytes)
+{
+	if (act == FD_ACT_DROP)
+		return XDP_DROP;
+	if (act == FD_ACT_REDIRECT)
+		return fd_redirect(ctx->rx_queue_index, bytes);
+	return XDP_PASS;
 }
 
 static __always_inline __u32 fd_val_slot(__u32 val)

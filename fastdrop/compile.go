@@ -56,7 +56,7 @@ const (
 var _ = [1]struct{}{}[tbl24Entries-int(gen.FastdropFdLayoutFD_V4TBL24)]
 
 // Offsets of each field's direct table in the u16 class tables.
-var fieldTab = [8]int{
+var fieldTab = [numField]int{
 	gen.FastdropFdFieldFD_FLD_ETHER: int(gen.FastdropFdLayoutFD_TAB_ETHER),
 	gen.FastdropFdFieldFD_FLD_PROTO: int(gen.FastdropFdLayoutFD_TAB_PROTO),
 	gen.FastdropFdFieldFD_FLD_SPORT: int(gen.FastdropFdLayoutFD_TAB_SPORT),
@@ -65,10 +65,11 @@ var fieldTab = [8]int{
 	gen.FastdropFdFieldFD_FLD_DST4:  int(gen.FastdropFdLayoutFD_TAB_DST4),
 	gen.FastdropFdFieldFD_FLD_SRC6:  int(gen.FastdropFdLayoutFD_TAB_SRC6),
 	gen.FastdropFdFieldFD_FLD_DST6:  int(gen.FastdropFdLayoutFD_TAB_DST6),
+	gen.FastdropFdFieldFD_FLD_QUEUE: int(gen.FastdropFdLayoutFD_TAB_QUEUE),
 }
 
 // Offsets of each field's bitmaps in fd_cls_half.b64 (at most 64 rules).
-var fieldB64 = [8]int{
+var fieldB64 = [numField]int{
 	gen.FastdropFdFieldFD_FLD_ETHER: int(gen.FastdropFdLayoutFD_B64ETHER),
 	gen.FastdropFdFieldFD_FLD_PROTO: int(gen.FastdropFdLayoutFD_B64PROTO),
 	gen.FastdropFdFieldFD_FLD_SPORT: int(gen.FastdropFdLayoutFD_B64SPORT),
@@ -77,6 +78,7 @@ var fieldB64 = [8]int{
 	gen.FastdropFdFieldFD_FLD_DST4:  int(gen.FastdropFdLayoutFD_B64DST4),
 	gen.FastdropFdFieldFD_FLD_SRC6:  int(gen.FastdropFdLayoutFD_B64SRC6),
 	gen.FastdropFdFieldFD_FLD_DST6:  int(gen.FastdropFdLayoutFD_B64DST6),
+	gen.FastdropFdFieldFD_FLD_QUEUE: int(gen.FastdropFdLayoutFD_B64QUEUE),
 }
 
 // Offsets of the front tables in fd_cls_half.b64, and of their classes
@@ -105,7 +107,16 @@ const (
 	fldDst4  = int(gen.FastdropFdFieldFD_FLD_DST4)
 	fldSrc6  = int(gen.FastdropFdFieldFD_FLD_SRC6)
 	fldDst6  = int(gen.FastdropFdFieldFD_FLD_DST6)
+	fldQueue = int(gen.FastdropFdFieldFD_FLD_QUEUE)
 	numField = int(gen.FastdropFdFieldFD_FLD_MAX)
+)
+
+// The rx queues a rule can name (0 to MaxQueue) and the entries of a
+// queue table: a frame of a higher queue is indexed as MaxQueue+1, in no
+// rule's range.
+const (
+	MaxQueue = int(gen.FastdropFdLayoutFD_QUEUES) - 1
+	queueN   = int(gen.FastdropFdLayoutFD_QUEUE_N)
 )
 
 // mkVal is what the program gets from a table: action and counter slot.
@@ -145,6 +156,9 @@ func compoundKeys(rules []Rule) map[int]string {
 			continue
 		}
 		s := rules[i].String()
+		if o := rules[i].Origin; o != "" {
+			s = o + "\x00" + s // the same text from two origins is two rules
+		}
 		seen[s]++
 		keys[i] = s + "#" + strconv.Itoa(seen[s])
 	}
@@ -221,6 +235,7 @@ const (
 	recFlagSport = uint8(gen.FastdropFdRecFlagsFD_REC_SPORT)
 	recFlagDport = uint8(gen.FastdropFdRecFlagsFD_REC_DPORT)
 	recFlagFrag  = uint8(gen.FastdropFdRecFlagsFD_REC_FRAG)
+	recFlagQueue = uint8(gen.FastdropFdRecFlagsFD_REC_QUEUE)
 )
 
 // Byte offsets in struct fd_rule_rec; TestRecordLayout checks them against
@@ -241,6 +256,9 @@ const (
 	recRemoved = 28
 	recSrc     = 32
 	recDst     = 48
+	recQueue   = 64
+	recOrigin  = 68
+	originLen  = int(gen.FastdropFdLayoutFD_ORIGIN_LEN)
 )
 
 // recLive reports whether a record with generations added and removed is
@@ -264,6 +282,7 @@ func encodeRecord(b []byte, r *Rule, order, added, removed uint32) {
 		}
 	}
 	b[recFlags] = flags
+	copy(b[recOrigin:recOrigin+originLen], r.Origin)
 	le.PutUint32(b[recLine:], uint32(max(r.Line, 0)))
 	le.PutUint32(b[recOrder:], order)
 	le.PutUint32(b[recAdded:], added)
@@ -293,6 +312,9 @@ func decodeRecordInto(b []byte, r *Rule) (order uint32) {
 		}
 	}
 	r.Line = int(le.Uint32(b[recLine:]))
+	if o := b[recOrigin : recOrigin+originLen]; o[0] != 0 {
+		r.Origin = internOrigin(o)
+	}
 	return le.Uint32(b[recOrder:])
 }
 
@@ -335,6 +357,8 @@ type classifier struct {
 	v4ps   [2][]netip.Prefix
 	// vals of the rules, in order (fd_conf.crule).
 	vals []uint32
+	// lateFrom: the rules from this position on are late (fd_conf.late_from).
+	lateFrom int
 	// rebuilt: compiled for the change being made (else kept from the
 	// last one).
 	rebuilt bool
@@ -367,8 +391,9 @@ func compileCompound(rules []*Rule) (*classifier, error) {
 	}
 	c.exact(fldEther, rules, directSize, func(r *Rule) (int, bool) { return int(r.EtherType), r.EtherType != 0 })
 	c.exact(fldProto, rules, 256, func(r *Rule) (int, bool) { return int(r.Proto), r.HasProto })
-	c.ports(fldSport, rules, func(r *Rule) *PortRange { return r.SrcPort })
-	c.ports(fldDport, rules, func(r *Rule) *PortRange { return r.DstPort })
+	c.ports(fldSport, rules, directSize, func(r *Rule) *PortRange { return r.SrcPort })
+	c.ports(fldDport, rules, directSize, func(r *Rule) *PortRange { return r.DstPort })
+	c.ports(fldQueue, rules, queueN, func(r *Rule) *PortRange { return r.Queue })
 	for _, f := range []struct {
 		fld int
 		v4  bool
@@ -390,7 +415,7 @@ func compileCompound(rules []*Rule) (*classifier, error) {
 			}
 			bm := c.bm[fld*bmField:]
 			switch fld {
-			case fldEther, fldProto, fldSport, fldDport:
+			case fldEther, fldProto, fldSport, fldDport, fldQueue:
 				tab := c.tabs[fld]
 				c.b64[fld] = make([]uint64, len(tab))
 				for v, cls := range tab {
@@ -558,9 +583,10 @@ func (c *classifier) exact(fld int, rules []*Rule, size int, get func(*Rule) (in
 	}
 }
 
-// ports compiles a port field: the ports split into intervals at every
-// range's ends; class k is the k-th interval.
-func (c *classifier) ports(fld int, rules []*Rule, get func(*Rule) *PortRange) {
+// ports compiles a field of ranges (the ports, the rx queue) whose table
+// has size entries: the values split into intervals at every range's
+// ends; class k is the k-th interval.
+func (c *classifier) ports(fld int, rules []*Rule, size int, get func(*Rule) *PortRange) {
 	cuts := []int{0}
 	for _, r := range rules {
 		if p := get(r); p != nil {
@@ -572,15 +598,15 @@ func (c *classifier) ports(fld int, rules []*Rule, get func(*Rule) *PortRange) {
 	}
 	slices.Sort(cuts)
 	cuts = slices.Compact(cuts)
-	if cuts[len(cuts)-1] == 65536 {
+	if cuts[len(cuts)-1] == size {
 		cuts = cuts[:len(cuts)-1]
 	}
 	c.fields |= 1 << fld
 	c.used[fld] = len(cuts)
 	bm := c.bm[fld*bmField:]
-	tab := c.tab(fld, directSize)
+	tab := c.tab(fld, size)
 	for k, lo := range cuts {
-		hi := 65536
+		hi := size
 		if k+1 < len(cuts) {
 			hi = cuts[k+1]
 		}

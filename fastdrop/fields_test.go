@@ -65,7 +65,7 @@ func TestMatchFields(t *testing.T) {
 			}
 		}
 	}
-	if got, want := wantFieldsText(), "want src, dst, proto, sport, dport, ether, frag, or tcp, udp, icmp, icmpv6"; got != want {
+	if got, want := wantFieldsText(), "want src, dst, proto, sport, dport, ether, frag, queue, or tcp, udp, icmp, icmpv6"; got != want {
 		t.Errorf("wantFieldsText() = %q, want %q", got, want)
 	}
 	if got, want := ipFieldList(), "src, dst, proto, sport, dport or frag"; got != want {

@@ -17,6 +17,7 @@ import (
 // xdpdrop misread pins of the last one.
 var layoutFingerprints = map[uint32]string{
 	1: "dab52b0dcc0fafab",
+	2: "9fbd21ecac9f2009", // queue field, rule origins, late rules, AF_XDP sockets
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

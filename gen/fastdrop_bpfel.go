@@ -59,6 +59,8 @@ type FastdropFdConf struct {
 	Kind      [12]FastdropFdBm
 	Crule     [256]uint32
 	CruleH    [64]uint32
+	LateFrom  uint32
+	_         [4]byte
 }
 
 type FastdropFdField uint32
@@ -72,7 +74,8 @@ const (
 	FastdropFdFieldFD_FLD_DST4  FastdropFdField = 5
 	FastdropFdFieldFD_FLD_SRC6  FastdropFdField = 6
 	FastdropFdFieldFD_FLD_DST6  FastdropFdField = 7
-	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 8
+	FastdropFdFieldFD_FLD_QUEUE FastdropFdField = 8
+	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 9
 )
 
 type FastdropFdLayout uint32
@@ -81,8 +84,9 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND   FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS       FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS          FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 1
-	FastdropFdLayoutFD_REC_SIZE       FastdropFdLayout = 64
+	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 2
+	FastdropFdLayoutFD_REC_SIZE       FastdropFdLayout = 128
+	FastdropFdLayoutFD_ORIGIN_LEN     FastdropFdLayout = 16
 	FastdropFdLayoutFD_COUNTER_SIZE   FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6ENT_SIZE     FastdropFdLayout = 32
 	FastdropFdLayoutFD_VAL_ACT_SHIFT  FastdropFdLayout = 29
@@ -94,6 +98,8 @@ const (
 	FastdropFdLayoutFD_DIRECT         FastdropFdLayout = 65536
 	FastdropFdLayoutFD_FRONT_PORTS_N  FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N  FastdropFdLayout = 1024
+	FastdropFdLayoutFD_QUEUES         FastdropFdLayout = 256
+	FastdropFdLayoutFD_QUEUE_N        FastdropFdLayout = 512
 	FastdropFdLayoutFD_TAB_ETHER      FastdropFdLayout = 0
 	FastdropFdLayoutFD_TAB_SPORT      FastdropFdLayout = 65536
 	FastdropFdLayoutFD_TAB_DPORT      FastdropFdLayout = 131072
@@ -112,12 +118,13 @@ const (
 	FastdropFdLayoutFD_TAB_W4CHUNK    FastdropFdLayout = 4096
 	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4917248
 	FastdropFdLayoutFD_TAB_W4CHUNKS   FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5441536
+	FastdropFdLayoutFD_TAB_QUEUE      FastdropFdLayout = 5441536
+	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5442048
 	FastdropFdLayoutFD_TAB_EXT        FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD       FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 8192
+	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 9216
 	FastdropFdLayoutFD_BM_FRONTS      FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 12288
+	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 13312
 	FastdropFdLayoutFD_B64ETHER       FastdropFdLayout = 0
 	FastdropFdLayoutFD_B64SPORT       FastdropFdLayout = 65536
 	FastdropFdLayoutFD_B64DPORT       FastdropFdLayout = 131072
@@ -128,11 +135,12 @@ const (
 	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 200192
 	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 201216
 	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 463360
-	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 464384
+	FastdropFdLayoutFD_B64QUEUE       FastdropFdLayout = 464384
+	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 464896
 	FastdropFdLayoutFD_CLS_TAB        FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10883072
-	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11276288
-	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 14991360
+	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10884096
+	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11310080
+	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 15029248
 	FastdropFdLayoutFD_V4TBL24        FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX   FastdropFdLayout = 11
@@ -140,8 +148,8 @@ const (
 	FastdropFdLayoutFD_MAIN_STAMP     FastdropFdLayout = 64
 	FastdropFdLayoutFD_MAIN_HALF      FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 14995456
-	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82104320
+	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 15033344
+	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82142208
 	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
@@ -158,6 +166,7 @@ const (
 	FastdropFdRecFlagsFD_REC_SPORT FastdropFdRecFlags = 8
 	FastdropFdRecFlagsFD_REC_DPORT FastdropFdRecFlags = 16
 	FastdropFdRecFlagsFD_REC_FRAG  FastdropFdRecFlags = 32
+	FastdropFdRecFlagsFD_REC_QUEUE FastdropFdRecFlags = 64
 )
 
 type FastdropFdRuleRec struct {
@@ -179,6 +188,10 @@ type FastdropFdRuleRec struct {
 	GenRemoved uint32
 	Src        [16]uint8
 	Dst        [16]uint8
+	QueueLo    uint16
+	QueueHi    uint16
+	Origin     [16]int8
+	Reserved   [44]uint8
 }
 
 type FastdropFdStamp struct {
@@ -226,6 +239,14 @@ type FastdropFdV6Ent struct {
 	Pad2  uint64
 }
 
+type FastdropFdXskVerdict uint32
+
+const (
+	FastdropFdXskVerdictFD_XSK_REDIRECTED FastdropFdXskVerdict = 0
+	FastdropFdXskVerdictFD_XSK_NO_SOCKET  FastdropFdXskVerdict = 1
+	FastdropFdXskVerdictFD_XSK_VERDICTS   FastdropFdXskVerdict = 2
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -236,6 +257,8 @@ const (
 	FastdropMapFdV4Sparse        = "fd_v4_sparse"
 	FastdropMapFdV4Tbl8          = "fd_v4_tbl8"
 	FastdropMapFdV6Tab           = "fd_v6_tab"
+	FastdropMapFdXskCounters     = "fd_xsk_counters"
+	FastdropMapFdXsks            = "fd_xsks"
 	FastdropProgXdpFastdrop      = "xdp_fastdrop"
 	FastdropProgXdpFastdropTrace = "xdp_fastdrop_trace"
 	FastdropVarFdBtfAnchor       = "fd_btf_anchor"
@@ -293,12 +316,14 @@ type FastdropProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastdropMapSpecs struct {
-	FdCounters *ebpf.MapSpec `ebpf:"fd_counters"`
-	FdMain     *ebpf.MapSpec `ebpf:"fd_main"`
-	FdRules    *ebpf.MapSpec `ebpf:"fd_rules"`
-	FdV4Sparse *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
-	FdV4Tbl8   *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
-	FdV6Tab    *ebpf.MapSpec `ebpf:"fd_v6_tab"`
+	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
+	FdMain        *ebpf.MapSpec `ebpf:"fd_main"`
+	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
+	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
+	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
+	FdV6Tab       *ebpf.MapSpec `ebpf:"fd_v6_tab"`
+	FdXskCounters *ebpf.MapSpec `ebpf:"fd_xsk_counters"`
+	FdXsks        *ebpf.MapSpec `ebpf:"fd_xsks"`
 }
 
 // FastdropVariableSpecs contains global variables before they are loaded into the kernel.
@@ -330,12 +355,14 @@ func (o *FastdropObjects) Close() error {
 //
 // It can be passed to LoadFastdropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastdropMaps struct {
-	FdCounters *ebpf.Map `ebpf:"fd_counters"`
-	FdMain     *ebpf.Map `ebpf:"fd_main"`
-	FdRules    *ebpf.Map `ebpf:"fd_rules"`
-	FdV4Sparse *ebpf.Map `ebpf:"fd_v4_sparse"`
-	FdV4Tbl8   *ebpf.Map `ebpf:"fd_v4_tbl8"`
-	FdV6Tab    *ebpf.Map `ebpf:"fd_v6_tab"`
+	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
+	FdMain        *ebpf.Map `ebpf:"fd_main"`
+	FdRules       *ebpf.Map `ebpf:"fd_rules"`
+	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
+	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
+	FdV6Tab       *ebpf.Map `ebpf:"fd_v6_tab"`
+	FdXskCounters *ebpf.Map `ebpf:"fd_xsk_counters"`
+	FdXsks        *ebpf.Map `ebpf:"fd_xsks"`
 }
 
 func (m *FastdropMaps) Close() error {
@@ -346,6 +373,8 @@ func (m *FastdropMaps) Close() error {
 		m.FdV4Sparse,
 		m.FdV4Tbl8,
 		m.FdV6Tab,
+		m.FdXskCounters,
+		m.FdXsks,
 	)
 }
 
