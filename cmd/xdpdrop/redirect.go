@@ -156,8 +156,8 @@ func redirectRules(path string, queues []int) (*fastdrop.RuleSet, string, error)
 		if in, err = fastdrop.ParseFile(path); err != nil {
 			return nil, "", err
 		}
-		if in.Malformed != 0 {
-			return nil, "", fmt.Errorf("%s: 'malformed' is the interface's, not a redirect filter's: set it with 'xdpdrop drop --malformed' and leave it out of the filter", path)
+		if in.Malformed == fastdrop.ActionDrop {
+			return nil, "", fmt.Errorf("%s: 'malformed drop' is the interface's verdict, not a redirect filter's: set it with 'xdpdrop drop --iface IF --malformed drop' and leave it out of the filter", path)
 		}
 	}
 	out := &fastdrop.RuleSet{}
