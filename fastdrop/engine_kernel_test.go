@@ -363,9 +363,9 @@ func TestAddDeleteReplace(t *testing.T) {
 	if !errors.Is(err, ErrDuplicatePrefix) {
 		t.Errorf("Add of a prefix twice: %v, want ErrDuplicatePrefix", err)
 	}
-	err = e.Add(Rule{Action: ActionRedirect, Src: netip.MustParsePrefix("10.0.0.0/8")})
-	if !errors.Is(err, ErrUnsupportedAction) {
-		t.Errorf("Add of a redirect rule: %v, want ErrUnsupportedAction", err)
+	err = e.Apply(&RuleSet{Policy: ActionPass, Malformed: ActionRedirect})
+	if err == nil {
+		t.Error("Apply of malformed redirect: no error")
 	}
 	expect("after errors", gre, kPrefix(ActionDrop, 0))
 }
