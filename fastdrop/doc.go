@@ -1,5 +1,10 @@
 // Package fastdrop drops, passes or redirects frames at the XDP hook
-// according to a rule file.
+// according to a rule file. Redirect hands a frame to the AF_XDP socket
+// registered for its rx queue (RegisterSocket, sockets.go): the same
+// program serves xdpdrop drop and xdpdrop redirect. Rules carry an origin
+// (origin.go), so that several sources share the program and each changes
+// only its own rules (ApplyOrigin); origins order the compound rules, and
+// the late ones (redirect) come after the prefix rules.
 //
 // A rule file (syntax in docs/RULES.md) is parsed by [Parse] or [ParseFile]
 // into a [RuleSet]. Rules come in two classes: compound rules (any match
@@ -15,7 +20,7 @@
 // # Match fields
 //
 // Each match field (src, dst, proto, sport, dport, ether, frag, ttl,
-// flags) is one entry of matchFields in fields.go: its keyword and
+// flags, queue) is one entry of matchFields in fields.go: its keyword and
 // aliases, how its value is parsed and printed, where it sits in [Rule] (offset and store kind),
 // what [Rule.Validate] checks about it, how the model matches it, and how
 // it is kept in a rule record (its FD_REC_* flag and the members of struct

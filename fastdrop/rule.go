@@ -14,8 +14,9 @@ type Action uint8
 const (
 	ActionDrop Action = iota + 1
 	ActionPass
-	// ActionRedirect sends the frame to an AF_XDP socket. It is only valid in
-	// a redirect (per-queue filter) program; the drop program rejects it.
+	// ActionRedirect hands the frame to the AF_XDP socket bound to its rx
+	// queue (Engine.RegisterSocket), or to the kernel stack when there is
+	// none.
 	ActionRedirect
 )
 
@@ -103,12 +104,21 @@ type Rule struct {
 	Fragment  bool       // matches only non-first IP fragments (fragment offset != 0)
 	TTL       *ByteRange // nil = any; the IPv4 TTL or IPv6 hop limit
 	TCPFlags  *TCPFlags  // nil = any; needs HasProto with Proto 6 (tcp)
+	// Queue matches the rx queue the frame arrived on, Lo to Hi (0 to
+	// MaxQueue); nil = any.
+	Queue *PortRange
 	// Sample is the sample modifier ("sample 1/1000"): the program sends
 	// 1 in Sample of the rule's frames to its rule samples' ring (package
 	// capture, `xdpdrop capture --rule-samples`); 0: none. It changes no
 	// verdict.
 	Sample uint32
 	Line   int // 1-based line in the rule file, 0 if built in code
+	// Origin names where the rule came from (see origin.go): "" for the
+	// default origin (the drop command's), OriginRedirect, or a name of
+	// another source. It is kept with the rule in the engine's records
+	// and orders the rules of different origins; it is no part of the
+	// rule's text.
+	Origin string
 }
 
 // IsPrefixOnly reports whether r is "ACTION src PREFIX" and nothing else.
@@ -130,8 +140,8 @@ func (r Rule) IsPrefixOnly() bool {
 
 // String returns r in canonical rule-file syntax, for example
 // "drop udp src 192.0.2.0/24 dport 11211". Parsing it gives back r (apart
-// from Line). Fields are written in the order of their textPos: ether,
-// proto, flags, src, sport, dst, dport, frag, ttl.
+// from Line and Origin). Fields are written in the order of their
+// textPos: ether, proto, flags, src, sport, dst, dport, frag, ttl, queue.
 func (r Rule) String() string {
 	var b strings.Builder
 	b.WriteString(r.Action.String())
@@ -223,6 +233,9 @@ func (r Rule) Validate() error { return r.validate() }
 func (r *Rule) validate() error {
 	if !r.Action.valid() {
 		return fmt.Errorf("invalid action %d (want drop, pass or redirect)", r.Action)
+	}
+	if err := ValidateOrigin(r.Origin); err != nil {
+		return err
 	}
 	for i := range matchFields {
 		if f := &matchFields[i]; f.check != nil && (f.checkZero || f.isSet(r)) {

@@ -129,6 +129,8 @@ type FastdropFdConf struct {
 	Kind      [12]FastdropFdBm
 	Crule     [256]uint32
 	CruleH    [64]uint32
+	LateFrom  uint32
+	_         [4]byte
 }
 
 type FastdropFdDirect uint32
@@ -146,7 +148,9 @@ const (
 	FastdropFdDirectFD_DIR_TTL_END   FastdropFdDirect = 197119
 	FastdropFdDirectFD_DIR_FLAGS     FastdropFdDirect = 197120
 	FastdropFdDirectFD_DIR_FLAGS_END FastdropFdDirect = 197375
-	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 197376
+	FastdropFdDirectFD_DIR_QUEUE     FastdropFdDirect = 197376
+	FastdropFdDirectFD_DIR_QUEUE_END FastdropFdDirect = 197887
+	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 197888
 )
 
 type FastdropFdField uint32
@@ -162,7 +166,8 @@ const (
 	FastdropFdFieldFD_FLD_DST6  FastdropFdField = 7
 	FastdropFdFieldFD_FLD_TTL   FastdropFdField = 8
 	FastdropFdFieldFD_FLD_FLAGS FastdropFdField = 9
-	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 10
+	FastdropFdFieldFD_FLD_QUEUE FastdropFdField = 10
+	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 11
 )
 
 type FastdropFdLayout uint32
@@ -171,8 +176,9 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 4
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 5
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 128
+	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6ENT_SIZE      FastdropFdLayout = 32
 	FastdropFdLayoutFD_VAL_ACT_SHIFT   FastdropFdLayout = 29
@@ -184,37 +190,38 @@ const (
 	FastdropFdLayoutFD_DIRECT          FastdropFdLayout = 65536
 	FastdropFdLayoutFD_FRONT_PORTS_N   FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N   FastdropFdLayout = 1024
-	FastdropFdLayoutFD_TAB_SRC4        FastdropFdLayout = 197376
-	FastdropFdLayoutFD_TAB_DST4        FastdropFdLayout = 262912
-	FastdropFdLayoutFD_TAB_SRC6        FastdropFdLayout = 328448
-	FastdropFdLayoutFD_TAB_DST6        FastdropFdLayout = 393984
-	FastdropFdLayoutFD_TAB_POOL        FastdropFdLayout = 459520
+	FastdropFdLayoutFD_QUEUES          FastdropFdLayout = 256
+	FastdropFdLayoutFD_TAB_SRC4        FastdropFdLayout = 197888
+	FastdropFdLayoutFD_TAB_DST4        FastdropFdLayout = 263424
+	FastdropFdLayoutFD_TAB_SRC6        FastdropFdLayout = 328960
+	FastdropFdLayoutFD_TAB_DST6        FastdropFdLayout = 394496
+	FastdropFdLayoutFD_TAB_POOL        FastdropFdLayout = 460032
 	FastdropFdLayoutFD_TAB_CHUNK       FastdropFdLayout = 256
 	FastdropFdLayoutFD_TAB_CHUNKS      FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS      FastdropFdLayout = 2556672
-	FastdropFdLayoutFD_TAB_FPROTO      FastdropFdLayout = 2818816
-	FastdropFdLayoutFD_TAB_W4          FastdropFdLayout = 2819840
+	FastdropFdLayoutFD_TAB_FPORTS      FastdropFdLayout = 2557184
+	FastdropFdLayoutFD_TAB_FPROTO      FastdropFdLayout = 2819328
+	FastdropFdLayoutFD_TAB_W4          FastdropFdLayout = 2820352
 	FastdropFdLayoutFD_TAB_W4L1        FastdropFdLayout = 1048576
 	FastdropFdLayoutFD_TAB_W4CHUNK     FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL      FastdropFdLayout = 4916992
+	FastdropFdLayoutFD_TAB_W4POOL      FastdropFdLayout = 4917504
 	FastdropFdLayoutFD_TAB_W4CHUNKS    FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF        FastdropFdLayout = 5441280
+	FastdropFdLayoutFD_TAB_HALF        FastdropFdLayout = 5441792
 	FastdropFdLayoutFD_TAB_EXT         FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD        FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT        FastdropFdLayout = 10240
+	FastdropFdLayoutFD_BM_FRONT        FastdropFdLayout = 11264
 	FastdropFdLayoutFD_BM_FRONTS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF         FastdropFdLayout = 14336
-	FastdropFdLayoutFD_B64SRC4         FastdropFdLayout = 197376
-	FastdropFdLayoutFD_B64DST4         FastdropFdLayout = 198400
-	FastdropFdLayoutFD_B64SRC6         FastdropFdLayout = 199424
-	FastdropFdLayoutFD_B64DST6         FastdropFdLayout = 200448
-	FastdropFdLayoutFD_B64PORTS        FastdropFdLayout = 201472
-	FastdropFdLayoutFD_B64FRONT        FastdropFdLayout = 463616
-	FastdropFdLayoutFD_B64HALF         FastdropFdLayout = 464640
+	FastdropFdLayoutFD_BM_HALF         FastdropFdLayout = 15360
+	FastdropFdLayoutFD_B64SRC4         FastdropFdLayout = 197888
+	FastdropFdLayoutFD_B64DST4         FastdropFdLayout = 198912
+	FastdropFdLayoutFD_B64SRC6         FastdropFdLayout = 199936
+	FastdropFdLayoutFD_B64DST6         FastdropFdLayout = 200960
+	FastdropFdLayoutFD_B64PORTS        FastdropFdLayout = 201984
+	FastdropFdLayoutFD_B64FRONT        FastdropFdLayout = 464128
+	FastdropFdLayoutFD_B64HALF         FastdropFdLayout = 465152
 	FastdropFdLayoutFD_CLS_TAB         FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM          FastdropFdLayout = 10882560
-	FastdropFdLayoutFD_CLS_B64         FastdropFdLayout = 11341312
-	FastdropFdLayoutFD_CLS_SIZE        FastdropFdLayout = 15058432
+	FastdropFdLayoutFD_CLS_BM          FastdropFdLayout = 10883584
+	FastdropFdLayoutFD_CLS_B64         FastdropFdLayout = 11375104
+	FastdropFdLayoutFD_CLS_SIZE        FastdropFdLayout = 15096320
 	FastdropFdLayoutFD_V4TBL24         FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP         FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX    FastdropFdLayout = 11
@@ -224,8 +231,8 @@ const (
 	FastdropFdLayoutFD_MAIN_CAP        FastdropFdLayout = 1024
 	FastdropFdLayoutFD_MAIN_HALF       FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS        FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 15062528
-	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 82171392
+	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 15100416
+	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 82209280
 	FastdropFdLayoutFD_V6USED          FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER        FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX        FastdropFdLayout = 4
@@ -244,6 +251,7 @@ const (
 	FastdropFdRecFlagsFD_REC_FRAG  FastdropFdRecFlags = 32
 	FastdropFdRecFlagsFD_REC_TTL   FastdropFdRecFlags = 64
 	FastdropFdRecFlagsFD_REC_FLAGS FastdropFdRecFlags = 128
+	FastdropFdRecFlagsFD_REC_QUEUE FastdropFdRecFlags = 256
 )
 
 type FastdropFdRuleRec struct {
@@ -270,9 +278,12 @@ type FastdropFdRuleRec struct {
 	TcpSet     uint8
 	TcpClear   uint8
 	TcpExact   uint8
-	Match      [24]uint8
+	QueueLo    uint16
+	QueueHi    uint16
+	Match      [20]uint8
+	Origin     [16]int8
 	Sample     uint32
-	Reserved   [28]uint8
+	Reserved   [12]uint8
 }
 
 type FastdropFdStamp struct {
@@ -320,6 +331,14 @@ type FastdropFdV6Ent struct {
 	Pad2  uint64
 }
 
+type FastdropFdXskVerdict uint32
+
+const (
+	FastdropFdXskVerdictFD_XSK_REDIRECTED FastdropFdXskVerdict = 0
+	FastdropFdXskVerdictFD_XSK_NO_SOCKET  FastdropFdXskVerdict = 1
+	FastdropFdXskVerdictFD_XSK_VERDICTS   FastdropFdXskVerdict = 2
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -333,6 +352,8 @@ const (
 	FastdropMapFdV4Sparse        = "fd_v4_sparse"
 	FastdropMapFdV4Tbl8          = "fd_v4_tbl8"
 	FastdropMapFdV6Tab           = "fd_v6_tab"
+	FastdropMapFdXskCounters     = "fd_xsk_counters"
+	FastdropMapFdXsks            = "fd_xsks"
 	FastdropProgXdpFastdrop      = "xdp_fastdrop"
 	FastdropProgXdpFastdropTrace = "xdp_fastdrop_trace"
 	FastdropVarFdBtfAnchor       = "fd_btf_anchor"
@@ -390,15 +411,17 @@ type FastdropProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastdropMapSpecs struct {
-	FdCapCpu     *ebpf.MapSpec `ebpf:"fd_cap_cpu"`
-	FdCapRings   *ebpf.MapSpec `ebpf:"fd_cap_rings"`
-	FdCapSamples *ebpf.MapSpec `ebpf:"fd_cap_samples"`
-	FdCounters   *ebpf.MapSpec `ebpf:"fd_counters"`
-	FdMain       *ebpf.MapSpec `ebpf:"fd_main"`
-	FdRules      *ebpf.MapSpec `ebpf:"fd_rules"`
-	FdV4Sparse   *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
-	FdV4Tbl8     *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
-	FdV6Tab      *ebpf.MapSpec `ebpf:"fd_v6_tab"`
+	FdCapCpu      *ebpf.MapSpec `ebpf:"fd_cap_cpu"`
+	FdCapRings    *ebpf.MapSpec `ebpf:"fd_cap_rings"`
+	FdCapSamples  *ebpf.MapSpec `ebpf:"fd_cap_samples"`
+	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
+	FdMain        *ebpf.MapSpec `ebpf:"fd_main"`
+	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
+	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
+	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
+	FdV6Tab       *ebpf.MapSpec `ebpf:"fd_v6_tab"`
+	FdXskCounters *ebpf.MapSpec `ebpf:"fd_xsk_counters"`
+	FdXsks        *ebpf.MapSpec `ebpf:"fd_xsks"`
 }
 
 // FastdropVariableSpecs contains global variables before they are loaded into the kernel.
@@ -430,15 +453,17 @@ func (o *FastdropObjects) Close() error {
 //
 // It can be passed to LoadFastdropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastdropMaps struct {
-	FdCapCpu     *ebpf.Map `ebpf:"fd_cap_cpu"`
-	FdCapRings   *ebpf.Map `ebpf:"fd_cap_rings"`
-	FdCapSamples *ebpf.Map `ebpf:"fd_cap_samples"`
-	FdCounters   *ebpf.Map `ebpf:"fd_counters"`
-	FdMain       *ebpf.Map `ebpf:"fd_main"`
-	FdRules      *ebpf.Map `ebpf:"fd_rules"`
-	FdV4Sparse   *ebpf.Map `ebpf:"fd_v4_sparse"`
-	FdV4Tbl8     *ebpf.Map `ebpf:"fd_v4_tbl8"`
-	FdV6Tab      *ebpf.Map `ebpf:"fd_v6_tab"`
+	FdCapCpu      *ebpf.Map `ebpf:"fd_cap_cpu"`
+	FdCapRings    *ebpf.Map `ebpf:"fd_cap_rings"`
+	FdCapSamples  *ebpf.Map `ebpf:"fd_cap_samples"`
+	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
+	FdMain        *ebpf.Map `ebpf:"fd_main"`
+	FdRules       *ebpf.Map `ebpf:"fd_rules"`
+	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
+	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
+	FdV6Tab       *ebpf.Map `ebpf:"fd_v6_tab"`
+	FdXskCounters *ebpf.Map `ebpf:"fd_xsk_counters"`
+	FdXsks        *ebpf.Map `ebpf:"fd_xsks"`
 }
 
 func (m *FastdropMaps) Close() error {
@@ -452,6 +477,8 @@ func (m *FastdropMaps) Close() error {
 		m.FdV4Sparse,
 		m.FdV4Tbl8,
 		m.FdV6Tab,
+		m.FdXskCounters,
+		m.FdXsks,
 	)
 }
 
