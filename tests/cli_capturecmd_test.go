@@ -377,3 +377,37 @@ func TestCLICaptureRuleSamples(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Empty(t, r.stdout, "read once")
 }
+
+// TestCLICaptureRedirect: with a running redirect on the fast drop's
+// program, a capture sees the frames handed to the AF_XDP socket with
+// the XDP_REDIRECT verdict and the redirect rule, and the dropped ones
+// with theirs.
+func TestCLICaptureRedirect(t *testing.T) {
+	v := sandboxForCLI(t)
+	r := cli(t, "drop", "--iface", v.Name, "--mode", "driver", "--rules", writeRules(t, "drop udp dport 54\n"))
+	require.Equal(t, 0, r.code, r.stderr)
+	red, redErr := startRedirect(t, v, "--queues", "all", "--action", "count", "--filter", writeRules(t, "redirect udp dport 53\n"))
+	out := filepath.Join(t.TempDir(), "r.pcapng")
+	c, _, cErr := startCapture(t, nil, "--iface", v.Name, "--verdict", "redirect,drop", "-w", out)
+	send(t, v, "40", "53")
+	send(t, v, "20", "54")
+	send(t, v, "10", "55") // passed: not selected
+	time.Sleep(500 * time.Millisecond)
+	seen, captured, lost := stopCapture(t, c, cErr, syscall.SIGTERM)
+	require.Equal(t, [3]uint64{60, 60, 0}, [3]uint64{seen, captured, lost})
+	qs := stopRedirect(t, red, redErr)
+	require.Equal(t, uint64(40), total(qs, func(q jsonQueue) uint64 { return q.RxFrames }), "the socket got the redirected frames")
+
+	_, ps := readPcapng(t, out)
+	by := map[string]int{}
+	for _, p := range ps {
+		act, ok := pcapng.XDPAction(p.Verdicts[0])
+		require.True(t, ok)
+		c := p.Comments[0]
+		by[strconv.Itoa(int(act))+" "+c[:strings.Index(c, " queue=")]]++
+	}
+	require.Equal(t, map[string]int{
+		`4 verdict=redirect rule=1 origin=redirect rule_text="redirect udp dport 53 queue 0"`: 40,
+		`1 verdict=drop rule=1 rule_text="drop udp dport 54"`:                                 20,
+	}, by)
+}

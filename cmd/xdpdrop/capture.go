@@ -197,8 +197,9 @@ func (f *captureFlags) setup() (*captureSetup, error) {
 
 // ruleInfo names the rule of a counter slot.
 type ruleInfo struct {
-	line int
-	text string
+	line   int
+	text   string
+	origin string // "" for the drop command's rules
 }
 
 // ruleNames maps the counter slots of the rule set in force to rules.
@@ -209,7 +210,7 @@ func ruleNames(eng *fastdrop.Engine) (map[uint32]ruleInfo, *fastdrop.RuleSet, []
 	}
 	m := make(map[uint32]ruleInfo, len(slots))
 	for i, s := range slots {
-		m[s] = ruleInfo{rs.Rules[i].Line, rs.Rules[i].String()}
+		m[s] = ruleInfo{rs.Rules[i].Line, rs.Rules[i].String(), rs.Rules[i].Origin}
 	}
 	return m, rs, slots, nil
 }
@@ -245,28 +246,31 @@ type captureOut struct {
 	names map[uint32]ruleInfo
 }
 
-func (o *captureOut) ruleText(s *capture.Sample) (string, string) {
+func (o *captureOut) ruleText(s *capture.Sample) (rule, text, origin string) {
 	switch {
 	case s.Verdict&capture.VerdictMalformed != 0:
-		return "malformed", ""
+		return "malformed", "", ""
 	case s.Default:
-		return "default", ""
+		return "default", "", ""
 	}
 	if r, ok := o.names[s.Slot]; ok {
 		if r.line > 0 {
-			return strconv.Itoa(r.line), r.text
+			return strconv.Itoa(r.line), r.text, r.origin
 		}
-		return "", r.text // added by 'rules add': no line
+		return "", r.text, r.origin // added by 'rules add': no line
 	}
-	return "?", "" // a rule added after the capture started, not yet known
+	return "?", "", "" // a rule added after the capture started, not yet known
 }
 
 func (o *captureOut) write(s *capture.Sample) error {
-	rule, text := o.ruleText(s)
+	rule, text, origin := o.ruleText(s)
 	if o.png != nil {
 		c := "verdict=" + strings.ReplaceAll(s.VerdictName(), " ", ",")
 		if rule != "" {
 			c += " rule=" + rule
+		}
+		if origin != "" {
+			c += " origin=" + origin // whose rule file the line is of
 		}
 		if text != "" {
 			c += fmt.Sprintf(" rule_text=%q", text)
@@ -280,6 +284,9 @@ func (o *captureOut) write(s *capture.Sample) error {
 	by := "rule"
 	if rule != "" {
 		by += " " + rule
+	}
+	if origin != "" {
+		by += " of " + origin
 	}
 	if text != "" {
 		by += fmt.Sprintf(" %q", text)
