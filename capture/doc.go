@@ -17,6 +17,10 @@
 // registered until the next capture on the same program finds its process
 // gone and takes the slot over.
 //
+// Rules with a sample modifier ("drop udp dport 11211 sample 1/1000")
+// send 1 in N of their frames to a ring that comes with the program, with
+// no capture registered; ReadRuleSamples reads it (one reader at a time).
+//
 // Match filters samples in user space with the rule language (the
 // fast-drop model judges the sampled bytes); the kernel's selection comes
 // first, so a Selection used with a Match must not sample (Every, PerSecond):
