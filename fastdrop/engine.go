@@ -68,7 +68,18 @@ type Options struct {
 	// most one per prefix per level of the search, usually far fewer) may
 	// fill three quarters of it. Default 131,072; at most MaxIPv6Entries.
 	IPv6Entries int
+	// LimitSources is the size of the table of per-source buckets that
+	// limit rules with per src share (least recently used evicted: a
+	// flood of spoofed sources cannot grow it). Default 131,072, about
+	// 13 MiB.
+	LimitSources int
+	// Bans is how many sources may be banned at once (least recently
+	// used evicted). Default 16,384, about 2 MiB.
+	Bans int
 
+	// testClock makes the program's clock the test clock (test runs only:
+	// Engine.setTestClock).
+	testClock bool
 	// trace makes the program prepend a struct fd_trace_rec to each frame
 	// (test runs only).
 	trace bool
@@ -216,6 +227,12 @@ func (o Options) withDefaults() Options {
 	if o.IPv6Entries <= 0 {
 		o.IPv6Entries = 1 << 17
 	}
+	if o.LimitSources <= 0 {
+		o.LimitSources = 1 << 17
+	}
+	if o.Bans <= 0 {
+		o.Bans = 1 << 14
+	}
 	e := 1024
 	for e < o.IPv6Entries {
 		e *= 2
@@ -230,6 +247,7 @@ var mapNames = []string{
 	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV4Sparse, gen.FastdropMapFdV6Tab,
 	gen.FastdropMapFdCounters,
 	gen.FastdropMapFdRules,
+	gen.FastdropMapFdPolicers, gen.FastdropMapFdPolCnt, gen.FastdropMapFdPolSrc, gen.FastdropMapFdBans,
 }
 
 // Engine owns the drop program and its maps: it compiles rule sets into
@@ -251,6 +269,7 @@ type Engine struct {
 	mem  struct {
 		ctl, cls, tbl24                   *mapMem // parts of fd_main
 		tbl8, sparse, v6, counters, rules *mapMem
+		pcnt                              *mapMem // fd_pol_cnt
 		active                            *activeWord // state.active in fd_main, stored atomically
 	}
 	syncOuter, syncInner *ebpf.Map
@@ -294,6 +313,9 @@ type Engine struct {
 	tablesStale bool
 	// loaded: e.rules holds the rule set of generation e.generation.
 	loaded bool
+	// pol: the limit rules' police entries.
+	pol       policeState
+	testClock bool
 }
 
 // New loads the drop program and creates its maps, with an empty rule set
@@ -325,6 +347,14 @@ func New(opts Options) (*Engine, error) {
 	spec.Maps[gen.FastdropMapFdCounters].MaxEntries = uint32(ncpu)
 	spec.Maps[gen.FastdropMapFdCounters].ValueSize = uint32(nslots * counterSize)
 	spec.Maps[gen.FastdropMapFdRules].MaxEntries = uint32(nslots)
+	spec.Maps[gen.FastdropMapFdPolCnt].MaxEntries = uint32(ncpu)
+	spec.Maps[gen.FastdropMapFdPolSrc].MaxEntries = uint32(opts.LimitSources)
+	spec.Maps[gen.FastdropMapFdBans].MaxEntries = uint32(opts.Bans)
+	if opts.testClock {
+		if err := spec.Variables[gen.FastdropVarFdTestClock].Set(uint32(1)); err != nil {
+			return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdTestClock, err)
+		}
+	}
 	if err := spec.Variables[gen.FastdropVarFdCounterSlots].Set(uint32(nslots)); err != nil {
 		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdCounterSlots, err)
 	}
@@ -342,7 +372,7 @@ func New(opts Options) (*Engine, error) {
 		// program's pointer arithmetic (EACCES).
 		return nil, fmt.Errorf("fastdrop: load program: %w%s", err, caps.Suffix(err, caps.Of(caps.BPF, caps.NetAdmin, caps.Perfmon)))
 	}
-	e := &Engine{prog: coll.Programs[progName], maps: make(map[string]*ebpf.Map)}
+	e := &Engine{prog: coll.Programs[progName], maps: make(map[string]*ebpf.Map), testClock: opts.testClock}
 	delete(coll.Programs, progName)
 	for _, name := range mapNames {
 		e.maps[name] = coll.Maps[name]
@@ -470,6 +500,7 @@ func (e *Engine) setup() error {
 		{gen.FastdropMapFdV6Tab, &e.mem.v6, 0, 1 << 20, 4},
 		{gen.FastdropMapFdCounters, &e.mem.counters, 0, 64 << 10, 2*e.ncpu + 2},
 		{gen.FastdropMapFdRules, &e.mem.rules, 0, 1 << 20, 4},
+		{gen.FastdropMapFdPolCnt, &e.mem.pcnt, 0, 64 << 10, e.ncpu + 1},
 	} {
 		mm, err := newMapMem(e.maps[m.name], m.base, m.window, m.nwin)
 		if err != nil {
@@ -522,6 +553,7 @@ func (e *Engine) resetRules() {
 	e.free = nil
 	e.nextSlot = firstRule
 	e.ncompound, e.maxOrder = 0, 0
+	e.pol.reset()
 }
 
 // resetTables makes empty table mirrors.
@@ -587,7 +619,7 @@ func (e *Engine) Close() error {
 		e.lockDir = nil
 	}
 	e.rules, e.slots, e.prefixSlot, e.textSlot = nil, nil, nil, nil
-	for _, m := range []*mapMem{e.mem.ctl, e.mem.cls, e.mem.tbl24, e.mem.tbl8, e.mem.sparse, e.mem.v6, e.mem.counters, e.mem.rules} {
+	for _, m := range []*mapMem{e.mem.ctl, e.mem.cls, e.mem.tbl24, e.mem.tbl8, e.mem.sparse, e.mem.v6, e.mem.counters, e.mem.rules, e.mem.pcnt} {
 		errs = append(errs, m.release())
 	}
 	errs = append(errs, e.mem.active.close())
@@ -881,7 +913,7 @@ func (e *Engine) check(p *plan) error {
 		}
 	}
 	dropOrPass := func(i int) error {
-		if a := p.rules[i].Action; a != ActionDrop && a != ActionPass {
+		if a := p.rules[i].Action; a != ActionDrop && a != ActionPass && a != ActionLimit {
 			return fmt.Errorf("rule %s: %w", p.rules[i].String(), ErrUnsupportedAction)
 		}
 		return nil
@@ -1034,6 +1066,11 @@ func (e *Engine) loadLocked() error {
 			}
 			rules = append(rules, Rule{})
 			order := decodeRecordInto(rb, &rules[len(rules)-1])
+			if r := &rules[len(rules)-1]; r.Action == ActionLimit {
+				var idx uint16
+				r.Limit, idx, e.pol.epoch[s] = decodeLimit(rb)
+				e.pol.of[s] = idx
+			}
 			if len(orders) > 0 && order < orders[len(orders)-1] {
 				sorted = false
 			}
@@ -1071,7 +1108,7 @@ func (e *Engine) loadLocked() error {
 	if len(bySlot) > 0 {
 		var corder []int
 		for i := range min(int(conf.Ncompound), len(conf.Crule)) {
-			if j, ok := bySlot[valSlot(conf.Crule[i])]; ok {
+			if j, ok := bySlot[e.cvalSlot(conf.Crule[i])]; ok {
 				corder = append(corder, j)
 			}
 		}
@@ -1166,7 +1203,7 @@ func (e *Engine) compileAll() error {
 		r := &e.rules[i]
 		if !r.IsPrefixOnly() {
 			compound = append(compound, r)
-			vals = append(vals, mkVal(r.Action, e.slots[i]))
+			vals = append(vals, e.cval(r, e.slots[i]))
 			continue
 		}
 		val := mkVal(r.Action, e.slots[i])
@@ -1218,7 +1255,16 @@ func (e *Engine) commitLocked(p *plan) error {
 		rules []Rule
 		slots []uint32
 	}{e.rules, e.slots}
+	given, err := e.assignPolice(p, uint32(e.generation+1))
+	if err != nil {
+		return fmt.Errorf("fastdrop: %w", err)
+	}
+	if err := e.banLens(p.rules); err != nil {
+		e.undoPolice(given)
+		return err
+	}
 	if err := e.compileChange(p); err != nil {
+		e.undoPolice(given)
 		// The mirrors may be half changed: make them what the kernel
 		// holds, which nothing has touched.
 		if rerr := e.compileAll(); rerr != nil {
@@ -1358,7 +1404,7 @@ func (e *Engine) compileChange(p *plan) error {
 		for i := range p.rules {
 			if r := &p.rules[i]; !r.IsPrefixOnly() {
 				compound = append(compound, r)
-				vals = append(vals, mkVal(r.Action, p.slots[i]))
+				vals = append(vals, e.cval(r, p.slots[i]))
 			}
 		}
 		cls, err := compileCompound(compound)
@@ -1420,8 +1466,12 @@ func (e *Engine) publishLocked(p *plan, oldRules []Rule, oldSlots []uint32) erro
 		e.genOf[e.slots[i]] = next
 	}
 
-	// The new tbl8 groups first: the tables written next point to them.
+	// The new tbl8 groups first: the tables written next point to them;
+	// so do the policers.
 	if err := e.v4.flush(); err != nil {
+		return err
+	}
+	if err := e.writePolicers(e.rules, e.slots, added); err != nil {
 		return err
 	}
 	if err := e.writeHalf(inactive); err != nil {
@@ -1447,6 +1497,9 @@ func (e *Engine) publishLocked(p *plan, oldRules []Rule, oldSlots []uint32) erro
 	}
 	// Free slots have zero counters, so that a new rule starts at zero.
 	if err := e.retireSlots(gone, goneActions); err != nil {
+		return err
+	}
+	if err := e.retirePolice(gone); err != nil {
 		return err
 	}
 	if err := e.zeroSlots(gone); err != nil {
@@ -1492,6 +1545,9 @@ func (e *Engine) writeRecords(ws []recWrite) error {
 				clear(b)
 			} else {
 				encodeRecord(b, w.rule, w.order, w.added, w.removed)
+				if w.rule.Limit != nil {
+					encodeLimit(b, w.rule.Limit, e.pol.of[w.slot], e.pol.epoch[w.slot])
+				}
 			}
 		}
 		if _, err := e.mem.rules.WriteAt(buf, int64(ws[i].slot)*int64(recSize)); err != nil {
@@ -1633,5 +1689,6 @@ func (e *Engine) confFor(h uint32) gen.FastdropFdConf {
 		}
 	}
 	c.Ncompound = uint32(len(e.cls.vals))
+	c.Ban4, c.Ban6 = packLens(e.pol.lens4), packLens(e.pol.lens6)
 	return c
 }

@@ -17,6 +17,7 @@ import (
 // xdpdrop misread pins of the last one.
 var layoutFingerprints = map[uint32]string{
 	1: "dab52b0dcc0fafab",
+	2: "863339a285ad049a", // limit rules: fd_police, bans, record 96 bytes
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

@@ -14,6 +14,7 @@ const (
 	ClassCompound                         // a compound rule matched
 	ClassPrefix                           // a prefix rule matched (longest prefix)
 	ClassDefault                          // nothing matched; RuleSet.Policy applied
+	ClassBan                              // the source was banned by a limit rule (the kernel only)
 )
 
 func (c ResultClass) String() string {
@@ -26,6 +27,8 @@ func (c ResultClass) String() string {
 		return "prefix"
 	case ClassDefault:
 		return "default"
+	case ClassBan:
+		return "ban"
 	}
 	return "ResultClass(" + strconv.Itoa(int(c)) + ")"
 }
@@ -96,8 +99,15 @@ func (m *Model) Eval(frame []byte) Result {
 		return Result{Verdict: m.rs.EffectiveMalformed(), Class: ClassMalformed, Rule: -1}
 	}
 	for _, i := range m.compound {
-		if matches(&m.rs.Rules[i], &pkt) {
-			return Result{Verdict: m.rs.Rules[i].Action, Class: ClassCompound, Rule: i}
+		if r := &m.rs.Rules[i]; matches(r, &pkt) {
+			// A limit rule decides, and what it decides depends on time
+			// and the frames before: the model gives the verdict of the
+			// first frame of a fresh bucket, which conforms.
+			v := r.Action
+			if v == ActionLimit {
+				v = ActionPass
+			}
+			return Result{Verdict: v, Class: ClassCompound, Rule: i}
 		}
 	}
 	if pkt.isIP {
