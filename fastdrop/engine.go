@@ -269,7 +269,7 @@ type Engine struct {
 	mem  struct {
 		ctl, cls, tbl24                   *mapMem // parts of fd_main
 		tbl8, sparse, v6, counters, rules *mapMem
-		pcnt                              *mapMem // fd_pol_cnt
+		pcnt                              *mapMem     // fd_pol_cnt
 		active                            *activeWord // state.active in fd_main, stored atomically
 	}
 	syncOuter, syncInner *ebpf.Map

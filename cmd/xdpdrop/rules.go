@@ -203,6 +203,8 @@ type ruleRow struct {
 	Kind    string `json:"kind"` // compound or prefix
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
+	// Limit rules: what conformed (passed) and exceeded (dropped).
+	Limit *fastdrop.LimitCounter `json:"limit,omitempty"`
 }
 
 // ruleListing is the JSON shape of `rules list --json`.
@@ -220,7 +222,7 @@ func ruleRows(c *fastdrop.Counters) []ruleRow {
 		if rc.Rule.IsPrefixOnly() {
 			kind = "prefix"
 		}
-		rows[i] = ruleRow{Index: rc.Index, Rule: rc.Rule.String(), Kind: kind, Packets: rc.Packets, Bytes: rc.Bytes}
+		rows[i] = ruleRow{Index: rc.Index, Rule: rc.Rule.String(), Kind: kind, Packets: rc.Packets, Bytes: rc.Bytes, Limit: rc.Limit}
 	}
 	return rows
 }
