@@ -169,7 +169,11 @@ func siText(n uint64) string {
 
 // String returns the limit's words of a rule in canonical syntax, after
 // the action: "200/s burst 400 per src ban 1m0s".
-func (l *Limit) String() string {
+func (l *Limit) String() string { return l.text(0) }
+
+// text is String for a rule of family (4, 6 or 0 for both): on an IPv6
+// rule, per src/M is the IPv6 length.
+func (l *Limit) text(family int) string {
 	var b strings.Builder
 	b.WriteString(l.rateText())
 	if l.Burst != 0 {
@@ -184,6 +188,8 @@ func (l *Limit) String() string {
 		b.WriteString(" per src")
 		l4, l6 := l.lens()
 		switch {
+		case family == 6 && l6 != 128 && l.Src4Len == 0:
+			fmt.Fprintf(&b, "/%d", l6)
 		case l6 != 128:
 			fmt.Fprintf(&b, "/%d/%d", l4, l6)
 		case l4 != 32:

@@ -141,7 +141,7 @@ func (r Rule) String() string {
 	b.WriteString(r.Action.String())
 	if r.Limit != nil {
 		b.WriteByte(' ')
-		b.WriteString(r.Limit.String())
+		b.WriteString(r.Limit.text(r.family()))
 	}
 	for pos := range matchFields {
 		for i := range matchFields {
