@@ -1546,7 +1546,7 @@ func (e *Engine) writeRecords(ws []recWrite) error {
 			} else {
 				encodeRecord(b, w.rule, w.order, w.added, w.removed)
 				if w.rule.Limit != nil {
-					encodeLimit(b, w.rule.Limit, e.pol.of[w.slot], e.pol.epoch[w.slot])
+					encodeLimit(b, w.rule.Limit, e.pol.of[w.slot])
 				}
 			}
 		}
@@ -1617,7 +1617,7 @@ func (e *Engine) writeClassifier(h uint32) error {
 		}
 		// (No table for IPv4 fields with at most 64 rules: wideTries.)
 		if tab := c.tabs[fld]; len(tab) > 0 {
-			if _, err := e.mem.cls.WriteAt(u16Bytes(tab), half+clsTab+int64(fieldTab[fld])*2); err != nil {
+			if _, err := e.mem.cls.WriteAt(u16Bytes(tab), half+clsTab+int64(fieldTab(fld))*2); err != nil {
 				return fmt.Errorf("write compound rule tables: %w", err)
 			}
 		}
@@ -1635,7 +1635,7 @@ func (e *Engine) writeClassifier(h uint32) error {
 		if len(s) == 0 {
 			continue
 		}
-		if _, err := e.mem.cls.WriteAt(u64Bytes(s), half+clsB64+int64(fieldB64[fld])*8); err != nil {
+		if _, err := e.mem.cls.WriteAt(u64Bytes(s), half+clsB64+int64(fieldB64(fld))*8); err != nil {
 			return fmt.Errorf("write compound rule bitmaps: %w", err)
 		}
 	}

@@ -17,7 +17,9 @@ import (
 // xdpdrop misread pins of the last one.
 var layoutFingerprints = map[uint32]string{
 	1: "dab52b0dcc0fafab",
-	2: "863339a285ad049a", // limit rules: fd_police, bans, record 96 bytes
+	2: "2d5d68a22a76175d", // records of 128 bytes; direct tables FD_DIR_*; ttl
+	3: "44bd7b78f3997bb1", // tcp flags
+	4: "44421690ead39b62", // limit rules: fd_police, bans; their parameters in the record
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

@@ -105,8 +105,8 @@ func (l *Limit) validate() error {
 		return errors.New("limit rate below 1kbit/s (125 bytes/s): write a rate of at least 1kbit/s")
 	case l.Rate > maxRate:
 		return errors.New("limit rate above 10^13 per second: use pass")
-	case l.Burst > 1<<40:
-		return errors.New("limit burst above 2^40: write a smaller burst")
+	case l.Burst > 1<<32-1:
+		return errors.New("limit burst above 4294967295: write a smaller burst")
 	case l.Src4Len > 32 || l.Src6Len > 128:
 		return errors.New("per src lengths out of range (want per src/N with N 1-32 for IPv4, per src/M with M 1-128 for IPv6)")
 	case !l.PerSrc && (l.Src4Len != 0 || l.Src6Len != 0):

@@ -16,6 +16,7 @@ func TestLimitParse(t *testing.T) {
 		{"limit 1000/s udp dport 53", "limit 1000/s udp dport 53", Limit{Rate: 1000}},
 		{"limit 100mbit/s udp sport 123", "limit 100mbit/s udp sport 123", Limit{Rate: 100e6, Unit: UnitBits}},
 		{"limit 50/s per src tcp dport 443", "limit 50/s per src tcp dport 443", Limit{Rate: 50, PerSrc: true}},
+		{"limit 50/s per src tcp flags syn dport 443", "limit 50/s per src tcp flags syn dport 443", Limit{Rate: 50, PerSrc: true}},
 		{"limit 10k/s per src/24 udp", "limit 10000/s per src/24 udp", Limit{Rate: 10000, PerSrc: true, Src4Len: 24}},
 		{"limit 200/s burst 400 per src ban 60s icmp", "limit 200/s burst 400 per src ban 1m icmp", Limit{Rate: 200, Burst: 400, PerSrc: true, Ban: time.Minute}},
 		{"limit 2mbyte/s burst 64kbyte udp", "limit 2mbyte/s burst 64kbyte udp", Limit{Rate: 2e6, Unit: UnitBytes, Burst: 64000}},

@@ -422,8 +422,8 @@ func (p *parser) rule(r *Rule) *ParseError {
 		}
 	}
 	if r.Limit != nil {
-		if r.Limit.Burst != 0 && r.Limit.Unit == UnitPackets && r.Limit.Burst > 1<<40 {
-			return p.errorf("limit burst above 2^40: write a smaller burst")
+		if r.Limit.Burst > 1<<32-1 {
+			return p.errorf("limit burst above 4294967295: write a smaller burst")
 		}
 		if msg := r.Limit.resolveSrcLen(r.family()); msg != "" {
 			return p.errorf("%s", msg)

@@ -24,14 +24,13 @@ const (
 	actLimitVal = uint32(ActionLimit) << valActShift
 	// Byte offsets of the limit members of struct fd_rule_rec
 	// (TestRecordLayout checks them).
-	recLimRate   = 64
-	recLimBurst  = 72
-	recLimBan    = 80
-	recLimPolice = 84
-	recLimFlags  = 86
-	recLimLen4   = 87
-	recLimLen6   = 88
-	recLimEpoch  = 92
+	recLimRate   = 96
+	recLimBurst  = 104
+	recLimBan    = 108
+	recLimPolice = 112
+	recLimFlags  = 114
+	recLimLen4   = 115
+	recLimLen6   = 116
 )
 
 // policeState is the engine's view of the police entries: which limit
@@ -384,11 +383,11 @@ func (e *Engine) Unban(p netip.Prefix, all bool) ([]netip.Prefix, error) {
 }
 
 // encodeLimit writes the limit of r into its record b, with its police
-// entry and epoch.
-func encodeLimit(b []byte, l *Limit, idx uint16, epoch uint32) {
+// entry (its epoch is the record's gen_added: see assignPolice).
+func encodeLimit(b []byte, l *Limit, idx uint16) {
 	le := binary.LittleEndian
 	le.PutUint64(b[recLimRate:], l.Rate)
-	le.PutUint64(b[recLimBurst:], l.Burst)
+	le.PutUint32(b[recLimBurst:], uint32(l.Burst))
 	le.PutUint32(b[recLimBan:], uint32(l.Ban/time.Millisecond))
 	le.PutUint16(b[recLimPolice:], idx)
 	var f uint8
@@ -403,16 +402,16 @@ func encodeLimit(b []byte, l *Limit, idx uint16, epoch uint32) {
 	}
 	b[recLimFlags] = f
 	b[recLimLen4], b[recLimLen6] = l.Src4Len, l.Src6Len
-	le.PutUint32(b[recLimEpoch:], epoch)
 }
 
 // decodeLimit reads a limit rule's record back.
 func decodeLimit(b []byte) (l *Limit, idx uint16, epoch uint32) {
+	epoch = binary.LittleEndian.Uint32(b[recAdded:])
 	le := binary.LittleEndian
 	f := b[recLimFlags]
 	l = &Limit{
 		Rate:    le.Uint64(b[recLimRate:]),
-		Burst:   le.Uint64(b[recLimBurst:]),
+		Burst:   uint64(le.Uint32(b[recLimBurst:])),
 		Ban:     time.Duration(le.Uint32(b[recLimBan:])) * time.Millisecond,
 		PerSrc:  f&uint8(gen.FastdropFdLimFlagsFD_LIM_PERSRC) != 0,
 		Src4Len: b[recLimLen4], Src6Len: b[recLimLen6],
@@ -423,5 +422,5 @@ func decodeLimit(b []byte) (l *Limit, idx uint16, epoch uint32) {
 	case f&uint8(gen.FastdropFdLimFlagsFD_LIM_BYTES) != 0:
 		l.Unit = UnitBytes
 	}
-	return l, le.Uint16(b[recLimPolice:]), le.Uint32(b[recLimEpoch:])
+	return l, le.Uint16(b[recLimPolice:]), epoch
 }

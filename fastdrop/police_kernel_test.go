@@ -249,7 +249,7 @@ func TestLimitRecordLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]int{"lim_rate": recLimRate, "lim_burst": recLimBurst, "lim_ban_ms": recLimBan, "lim_police": recLimPolice,
-		"lim_flags": recLimFlags, "lim_len4": recLimLen4, "lim_len6": recLimLen6, "lim_epoch": recLimEpoch}
+		"lim_flags": recLimFlags, "lim_len4": recLimLen4, "lim_len6": recLimLen6}
 	for _, m := range st.Members {
 		if off, ok := want[m.Name]; ok {
 			if int(m.Offset.Bytes()) != off {
@@ -268,8 +268,8 @@ func TestLimitRecordLayout(t *testing.T) {
 	} {
 		r := kParse(t, text).Rules[0]
 		var b [recSize]byte
-		encodeRecord(b[:], &r, 1, 2, 0)
-		encodeLimit(b[:], r.Limit, 7, 9)
+		encodeRecord(b[:], &r, 1, 9, 0)
+		encodeLimit(b[:], r.Limit, 7)
 		back, _, _, _, _ := decodeRecord(b[:])
 		l, idx, epoch := decodeLimit(b[:])
 		back.Limit = l
