@@ -265,7 +265,7 @@ const (
 	recTTL     = 67
 	recTCPSet  = 69 // then tcp_clear, tcp_exact
 	recQueue   = 72 // queue_lo, queue_hi
-	recOrigin  = 96
+	recOrigin  = 80
 	originLen  = int(gen.FastdropFdLayoutFD_ORIGIN_LEN)
 )
 
