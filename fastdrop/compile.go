@@ -265,9 +265,9 @@ const (
 	recTTL     = 67
 	recTCPSet  = 69 // then tcp_clear, tcp_exact
 	recQueue   = 72 // queue_lo, queue_hi
-	recOrigin  = 96
+	recOrigin  = 80
 	originLen  = int(gen.FastdropFdLayoutFD_ORIGIN_LEN)
-	recSample  = 112 // u32, the sample modifier's N
+	recSample  = 120 // u32, the sample modifier's N
 )
 
 // recLive reports whether a record with generations added and removed is

@@ -348,7 +348,7 @@ func TestAddDeleteReplace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ruleSetText(rs); got != "policy pass\nmalformed pass\ndrop src 192.0.2.0/24 # 0\npass udp src 192.0.2.0/24 # 1\n" {
+	if got := ruleSetText(rs); got != "policy pass\nmalformed pass\ndrop src 192.0.2.0/24 # 0, origin drop\npass udp src 192.0.2.0/24 # 1, origin drop\n" {
 		t.Errorf("rule set after Delete:\n%s", got)
 	}
 	expect("after Delete", dns, kCompound(ActionPass, 1))

@@ -20,7 +20,8 @@ var layoutFingerprints = map[uint32]string{
 	2: "2d5d68a22a76175d", // records of 128 bytes; direct tables FD_DIR_*; ttl
 	3: "44bd7b78f3997bb1", // tcp flags
 	4: "b7b0562abe2e616f", // queue field, rule origins, late rules, AF_XDP sockets
-	5: "724c6fcd98cfbbbf", // capture slots in fd_main, fd_cap_cpu; the sample modifier
+	5: "931fce7e2bc24f10", // limit rules: fd_police, bans; their parameters in the record
+	6: "0e46039f9a968cd9", // capture slots in fd_main, fd_cap_cpu; the sample modifier
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

@@ -19,6 +19,15 @@ type LpmtrieCounter struct {
 	Bytes   uint64
 }
 
+type LpmtrieFdBan struct {
+	_       structs.HostLayout
+	Until   uint64
+	Since   uint64
+	Dropped uint64
+	Slot    uint32
+	Epoch   uint32
+}
+
 type LpmtrieFdCapCpu struct {
 	_   structs.HostLayout
 	Cnt [8]struct {
@@ -63,6 +72,21 @@ type LpmtrieFdLpm6Key struct {
 	Addr      [16]uint8
 }
 
+type LpmtrieFdPolice struct {
+	_     structs.HostLayout
+	Tat   uint64
+	Cost  uint64
+	Burst uint64
+	BanNs uint64
+	Slot  uint32
+	Epoch uint32
+	Flags uint8
+	Len4  uint8
+	Len6  uint8
+	Pad   [5]uint8
+	Pad2  [2]uint64
+}
+
 type LpmtrieFdRuleRec struct {
 	_          structs.HostLayout
 	Action     uint8
@@ -89,10 +113,26 @@ type LpmtrieFdRuleRec struct {
 	TcpExact   uint8
 	QueueLo    uint16
 	QueueHi    uint16
-	Match      [20]uint8
+	Match      [4]uint8
 	Origin     [16]int8
+	LimRate    uint64
+	LimBurst   uint32
+	LimBanMs   uint32
+	LimPolice  uint16
+	LimFlags   uint8
+	LimLen4    uint8
+	LimLen6    uint8
+	LimPad     [3]uint8
 	Sample     uint32
-	Reserved   [12]uint8
+	Reserved   [4]uint8
+}
+
+type LpmtrieFdSrcKey struct {
+	_     structs.HostLayout
+	Id    uint32
+	Epoch uint32
+	Hi    uint64
+	Lo    uint64
 }
 
 type LpmtrieFdV4Sparse struct {
@@ -108,6 +148,7 @@ type LpmtrieFdV4Sparse struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	LpmtrieMapFdBans          = "fd_bans"
 	LpmtrieMapFdCapCpu        = "fd_cap_cpu"
 	LpmtrieMapFdCapRings      = "fd_cap_rings"
 	LpmtrieMapFdCapSamples    = "fd_cap_samples"
@@ -116,6 +157,9 @@ const (
 	LpmtrieMapFdLpm6          = "fd_lpm6"
 	LpmtrieMapFdLpmVerdicts   = "fd_lpm_verdicts"
 	LpmtrieMapFdMain          = "fd_main"
+	LpmtrieMapFdPolCnt        = "fd_pol_cnt"
+	LpmtrieMapFdPolSrc        = "fd_pol_src"
+	LpmtrieMapFdPolicers      = "fd_policers"
 	LpmtrieMapFdRules         = "fd_rules"
 	LpmtrieMapFdV4Sparse      = "fd_v4_sparse"
 	LpmtrieMapFdV4Tbl8        = "fd_v4_tbl8"
@@ -125,6 +169,7 @@ const (
 	LpmtrieProgXdpLpmBaseline = "xdp_lpm_baseline"
 	LpmtrieVarFdBtfAnchor     = "fd_btf_anchor"
 	LpmtrieVarFdCounterSlots  = "fd_counter_slots"
+	LpmtrieVarFdTestClock     = "fd_test_clock"
 	LpmtrieVarFdV6Cap         = "fd_v6_cap"
 )
 
@@ -177,6 +222,7 @@ type LpmtrieProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LpmtrieMapSpecs struct {
+	FdBans        *ebpf.MapSpec `ebpf:"fd_bans"`
 	FdCapCpu      *ebpf.MapSpec `ebpf:"fd_cap_cpu"`
 	FdCapRings    *ebpf.MapSpec `ebpf:"fd_cap_rings"`
 	FdCapSamples  *ebpf.MapSpec `ebpf:"fd_cap_samples"`
@@ -185,6 +231,9 @@ type LpmtrieMapSpecs struct {
 	FdLpm6        *ebpf.MapSpec `ebpf:"fd_lpm6"`
 	FdLpmVerdicts *ebpf.MapSpec `ebpf:"fd_lpm_verdicts"`
 	FdMain        *ebpf.MapSpec `ebpf:"fd_main"`
+	FdPolCnt      *ebpf.MapSpec `ebpf:"fd_pol_cnt"`
+	FdPolSrc      *ebpf.MapSpec `ebpf:"fd_pol_src"`
+	FdPolicers    *ebpf.MapSpec `ebpf:"fd_policers"`
 	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
@@ -199,6 +248,7 @@ type LpmtrieMapSpecs struct {
 type LpmtrieVariableSpecs struct {
 	FdBtfAnchor    *ebpf.VariableSpec `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.VariableSpec `ebpf:"fd_counter_slots"`
+	FdTestClock    *ebpf.VariableSpec `ebpf:"fd_test_clock"`
 	FdV6Cap        *ebpf.VariableSpec `ebpf:"fd_v6_cap"`
 }
 
@@ -222,6 +272,7 @@ func (o *LpmtrieObjects) Close() error {
 //
 // It can be passed to LoadLpmtrieObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LpmtrieMaps struct {
+	FdBans        *ebpf.Map `ebpf:"fd_bans"`
 	FdCapCpu      *ebpf.Map `ebpf:"fd_cap_cpu"`
 	FdCapRings    *ebpf.Map `ebpf:"fd_cap_rings"`
 	FdCapSamples  *ebpf.Map `ebpf:"fd_cap_samples"`
@@ -230,6 +281,9 @@ type LpmtrieMaps struct {
 	FdLpm6        *ebpf.Map `ebpf:"fd_lpm6"`
 	FdLpmVerdicts *ebpf.Map `ebpf:"fd_lpm_verdicts"`
 	FdMain        *ebpf.Map `ebpf:"fd_main"`
+	FdPolCnt      *ebpf.Map `ebpf:"fd_pol_cnt"`
+	FdPolSrc      *ebpf.Map `ebpf:"fd_pol_src"`
+	FdPolicers    *ebpf.Map `ebpf:"fd_policers"`
 	FdRules       *ebpf.Map `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
@@ -240,6 +294,7 @@ type LpmtrieMaps struct {
 
 func (m *LpmtrieMaps) Close() error {
 	return _LpmtrieClose(
+		m.FdBans,
 		m.FdCapCpu,
 		m.FdCapRings,
 		m.FdCapSamples,
@@ -248,6 +303,9 @@ func (m *LpmtrieMaps) Close() error {
 		m.FdLpm6,
 		m.FdLpmVerdicts,
 		m.FdMain,
+		m.FdPolCnt,
+		m.FdPolSrc,
+		m.FdPolicers,
 		m.FdRules,
 		m.FdV4Sparse,
 		m.FdV4Tbl8,
@@ -263,6 +321,7 @@ func (m *LpmtrieMaps) Close() error {
 type LpmtrieVariables struct {
 	FdBtfAnchor    *ebpf.Variable `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.Variable `ebpf:"fd_counter_slots"`
+	FdTestClock    *ebpf.Variable `ebpf:"fd_test_clock"`
 	FdV6Cap        *ebpf.Variable `ebpf:"fd_v6_cap"`
 }
 

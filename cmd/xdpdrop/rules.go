@@ -285,6 +285,8 @@ type ruleRow struct {
 	Origin  string `json:"origin"` // drop, redirect, or another source's name
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
+	// Limit rules: what conformed (passed) and exceeded (dropped).
+	Limit *fastdrop.LimitCounter `json:"limit,omitempty"`
 }
 
 // ruleListing is the JSON shape of `rules list --json`.
@@ -302,7 +304,7 @@ func ruleRows(c *fastdrop.Counters) []ruleRow {
 		if rc.Rule.IsPrefixOnly() {
 			kind = "prefix"
 		}
-		rows[i] = ruleRow{Index: rc.Index, Rule: rc.Rule.String(), Kind: kind, Origin: fastdrop.OriginName(rc.Rule.Origin), Packets: rc.Packets, Bytes: rc.Bytes}
+		rows[i] = ruleRow{Index: rc.Index, Rule: rc.Rule.String(), Kind: kind, Origin: fastdrop.OriginName(rc.Rule.Origin), Packets: rc.Packets, Bytes: rc.Bytes, Limit: rc.Limit}
 	}
 	return rows
 }
