@@ -150,4 +150,3 @@ bgp:
 	require.Contains(t, s.Interfaces[0].Error, "this process lacks CAP_PERFMON")
 	requireNothingAttached(t, v2.Name)
 }
-
