@@ -45,7 +45,45 @@ enum fd_field {
 	FD_FLD_DST4 = 5,
 	FD_FLD_SRC6 = 6,
 	FD_FLD_DST6 = 7,
-	FD_FLD_MAX = 8,
+	FD_FLD_TTL = 8,
+	FD_FLD_FLAGS = 9,
+	FD_FLD_MAX = 10,
+};
+
+/* The direct fields: compound-rule fields whose value in a frame (8 or 16
+ * bits) indexes a table of the field's own, 1 << BITS entries, at
+ * FD_DIR_<NAME> in both fd_cls_half.tab (classes, with more than 64
+ * compound rules) and fd_cls_half.b64 (bitmaps, with at most 64).
+ * X(NAME, MEMBER, BITS, WHEN): the value is struct fd_pkt's MEMBER (masked
+ * to BITS), and WHEN says which frames have it and where it is read:
+ *   FRONT  ether, proto, dport: folded into the front tables, which an IP
+ *          frame reads first (fd_front_ports, fd_front_proto); ether is
+ *          read by name for frames that are not IP;
+ *   PORTS  TCP and UDP frames that are not non-first fragments;
+ *   IP     every IPv4 and IPv6 frame.
+ * The classifiers (fd_compound, fd_compound64) read the PORTS and IP
+ * fields generically, in this order. Each has the entry of the same name
+ * in fastdrop/fields.go's matchFields (its direct member: fd_field, FD_DIR_
+ * offset, bits), which compiles it; TestDirectFields checks the two
+ * against each other. A new one is a line here, its enum fd_field value
+ * and its member of struct fd_pkt, which the frame parser sets. */
+#define FD_DIRECT_FIELDS(X)            \
+	X(ETHER, ethertype, 16, FRONT) \
+	X(SPORT, sport, 16, PORTS)     \
+	X(DPORT, dport, 16, FRONT)     \
+	X(PROTO, proto, 8, FRONT)      \
+	X(TTL, ttl, 8, IP)             \
+	X(FLAGS, tcpflags, 8, PORTS)
+
+/* The direct tables' offsets: each table's first entry, then its last
+ * (FD_DIR_<NAME>_END), so that the next starts right after it; FD_DIR_END
+ * is the entries of all of them. */
+enum fd_direct {
+#define FD_X_DIR(NAME, MEMBER, BITS, WHEN) \
+	FD_DIR_##NAME, FD_DIR_##NAME##_END = FD_DIR_##NAME + (1 << (BITS)) - 1,
+	FD_DIRECT_FIELDS(FD_X_DIR)
+#undef FD_X_DIR
+	FD_DIR_END,
 };
 
 enum fd_layout {
@@ -61,10 +99,10 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 1,
+	FD_LAYOUT_VERSION = 3,
 
 	/* Sizes of the records user space reads and writes. */
-	FD_REC_SIZE = 64,     /* struct fd_rule_rec */
+	FD_REC_SIZE = 128,    /* struct fd_rule_rec */
 	FD_COUNTER_SIZE = 16, /* struct counter */
 	FD_V6_ENT_SIZE = 32,  /* struct fd_v6_ent */
 
@@ -92,19 +130,15 @@ enum fd_layout {
 	FD_FRONT_PORTS_N = 4 * FD_DIRECT, /* (IPv6, UDP) x dport */
 	FD_FRONT_PROTO_N = 4 * 256,       /* (IPv6, non-first fragment) x proto */
 
-	/* fd_cls_half.tab: u16 class ids, FD_TAB_HALF per half. One
-	 * direct table per field (ports, ether, the first 16 bits of the
-	 * addresses), then a pool of 256-entry chunks for the address
-	 * tries. A trie entry with bit 15 set is a chunk index. */
-	FD_TAB_ETHER = 0,
-	FD_TAB_SPORT = FD_TAB_ETHER + FD_DIRECT,
-	FD_TAB_DPORT = FD_TAB_SPORT + FD_DIRECT,
-	FD_TAB_SRC4 = FD_TAB_DPORT + FD_DIRECT,
+	/* fd_cls_half.tab: u16 class ids, FD_TAB_HALF per half. The direct
+	 * tables (FD_DIR_*), then the first 16 bits of each address field,
+	 * then a pool of 256-entry chunks for the address tries. A trie entry
+	 * with bit 15 set is a chunk index. */
+	FD_TAB_SRC4 = FD_DIR_END,
 	FD_TAB_DST4 = FD_TAB_SRC4 + FD_DIRECT,
 	FD_TAB_SRC6 = FD_TAB_DST4 + FD_DIRECT,
 	FD_TAB_DST6 = FD_TAB_SRC6 + FD_DIRECT,
-	FD_TAB_PROTO = FD_TAB_DST6 + FD_DIRECT,
-	FD_TAB_POOL = FD_TAB_PROTO + 1024, /* 256 used */
+	FD_TAB_POOL = FD_TAB_DST6 + FD_DIRECT,
 	FD_TAB_CHUNK = 256, /* entries of a chunk: 8 bits */
 	FD_TAB_CHUNKS = 8192,
 	/* The front tables' classes (more than 64 compound rules): indexed as
@@ -140,11 +174,7 @@ enum fd_layout {
 	 * protocol fields' bitmaps, for frames with ports also dport's.
 	 * FD_B64_PORTS is indexed by fd_front_ports(), FD_B64_FRONT by
 	 * fd_front_proto(). */
-	FD_B64_ETHER = 0,
-	FD_B64_SPORT = FD_B64_ETHER + FD_DIRECT,
-	FD_B64_DPORT = FD_B64_SPORT + FD_DIRECT,
-	FD_B64_PROTO = FD_B64_DPORT + FD_DIRECT,
-	FD_B64_SRC4 = FD_B64_PROTO + 512, /* 256 used */
+	FD_B64_SRC4 = FD_DIR_END, /* after the direct tables (FD_DIR_*) */
 	FD_B64_DST4 = FD_B64_SRC4 + FD_BM_FIELD,
 	FD_B64_SRC6 = FD_B64_DST4 + FD_BM_FIELD,
 	FD_B64_DST6 = FD_B64_SRC6 + FD_BM_FIELD,
@@ -190,8 +220,10 @@ _Static_assert(FD_SLOT_RETIRED + 4 <= FD_SLOT_RULES, "the slots by action come b
 _Static_assert(FD_SLOT_RULES - 1 <= FD_VAL_SLOT_MASK, "a slot fits a val");
 _Static_assert(FD_ACT_REDIRECT <= 3, "an action fits the two action bits of a val");
 /* fd_cls_half.tab */
-_Static_assert(FD_TAB_SPORT - FD_TAB_ETHER >= FD_DIRECT, "ether table: 16-bit ethertype");
-_Static_assert(FD_TAB_POOL - FD_TAB_PROTO >= 256, "protocol table: 8-bit protocol");
+#define FD_X_FITS(NAME, MEMBER, BITS, WHEN)                                                  \
+	_Static_assert(FD_DIR_##NAME##_END - FD_DIR_##NAME + 1 == 1 << (BITS), #NAME ": one entry per value"); \
+	_Static_assert(sizeof(((struct fd_pkt *)0)->MEMBER) * 8 >= (BITS), #NAME ": fd_pkt holds its bits");
+_Static_assert((int)FD_TAB_SRC4 >= (int)FD_DIR_END, "the direct tables come first");
 _Static_assert(FD_POW2(FD_TAB_CHUNKS) && FD_TAB_CHUNKS <= FD_TAB_EXT, "trie chunks: masked, and a u16 entry names one");
 _Static_assert(FD_TAB_FPROTO - FD_TAB_FPORTS >= FD_FRONT_PORTS_N, "front classes with ports");
 _Static_assert(FD_TAB_W4 - FD_TAB_FPROTO >= FD_FRONT_PROTO_N, "front classes without ports");
@@ -209,10 +241,7 @@ _Static_assert(FD_BM_FRONT >= FD_FLD_MAX * FD_BM_FIELD, "the fields' bitmaps");
 _Static_assert(FD_POW2(FD_BM_FRONTS) && FD_BM_FRONTS >= 4 * 513 + 4 * 257, "the front classes' bitmaps");
 _Static_assert(FD_BM_HALF >= FD_BM_FRONT + FD_BM_FRONTS, "bitmaps of a half");
 /* fd_cls_half.b64 */
-_Static_assert(FD_B64_SPORT - FD_B64_ETHER >= FD_DIRECT, "b64 ether: 16-bit ethertype");
-_Static_assert(FD_B64_DPORT - FD_B64_SPORT >= FD_DIRECT, "b64 sport");
-_Static_assert(FD_B64_PROTO - FD_B64_DPORT >= FD_DIRECT, "b64 dport");
-_Static_assert(FD_B64_SRC4 - FD_B64_PROTO >= 256, "b64 protocol");
+_Static_assert((int)FD_B64_SRC4 >= (int)FD_DIR_END, "b64: the direct tables come first");
 _Static_assert(FD_B64_PORTS - FD_B64_DST6 >= FD_BM_FIELD, "b64 address classes");
 _Static_assert(FD_B64_FRONT - FD_B64_PORTS >= FD_FRONT_PORTS_N, "b64 front with ports");
 _Static_assert(FD_B64_HALF - FD_B64_FRONT >= FD_FRONT_PROTO_N, "b64 front without ports");
@@ -319,25 +348,40 @@ struct fd_v6_ent {
  * flip never happened still sees the old set. */
 struct fd_rule_rec {
 	__u8 action;  /* enum fd_action; 0 = free slot */
-	__u8 flags;   /* FD_REC_* */
-	__u8 proto;
+	__u8 family;  /* 4 or 6 when src or dst is set */
 	__u8 src_len;
 	__u8 dst_len;
-	__u8 family; /* 4 or 6 when src or dst is set */
-	__u16 ether;
-	__u16 sport_lo;
-	__u16 sport_hi;
-	__u16 dport_lo;
-	__u16 dport_hi;
+	__u32 flags;  /* FD_REC_*: the match fields the rule sets */
 	__u32 line;
 	__u32 order; /* sorts the rules into rule-set order */
 	__u32 gen_added;
 	__u32 gen_removed;
 	__u8 src[16];
 	__u8 dst[16];
+	/* The values of the other match fields (fastdrop/fields.go's
+	 * matchFields say which members each uses). */
+	__u16 ether;
+	__u16 sport_lo;
+	__u16 sport_hi;
+	__u16 dport_lo;
+	__u16 dport_hi;
+	__u8 proto;
+	__u8 ttl_lo;
+	__u8 ttl_hi;
+	__u8 tcp_set;   /* flags: bits that must be set */
+	__u8 tcp_clear; /* flags: bits that must be clear */
+	__u8 tcp_exact; /* flags: 1 for ==, the byte is exactly tcp_set */
+	/* Room for the values of match fields to come (FlowSpec's, issue
+	 * 20): match fields take their bytes from here, top down. */
+	__u8 match[24];
+	/* For origin / sample / limit parameters: other features take their
+	 * bytes from here (and shrink it), never from the match fields'. */
+	__u8 reserved[32];
 };
 
 _Static_assert(sizeof(struct fd_rule_rec) == FD_REC_SIZE, "fd_rule_rec size");
+_Static_assert(__builtin_offsetof(struct fd_rule_rec, reserved) + 24 <= FD_REC_SIZE,
+	       "at least 24 bytes reserved for the features after the match fields");
 
 enum fd_rec_flags {
 	FD_REC_SRC = 1,
@@ -346,6 +390,8 @@ enum fd_rec_flags {
 	FD_REC_SPORT = 8,
 	FD_REC_DPORT = 16,
 	FD_REC_FRAG = 32,
+	FD_REC_TTL = 64,
+	FD_REC_FLAGS = 128,
 };
 
 /* What xdp_fastdrop_trace prepends to the frame in a test run. */
@@ -368,10 +414,15 @@ struct fd_pkt {
 	__u16 dport;
 	__u8 family; /* 0 (not IP), 4 or 6 */
 	__u8 proto;
+	__u8 ttl;      /* IPv4 TTL, IPv6 hop limit */
+	__u8 tcpflags; /* TCP header byte 13 (CWR ... FIN), when has_ports; 0 for UDP */
 	__u8 nonfirst; /* a fragment with offset != 0 */
 	__u8 has_ports;
 	__u8 kind; /* family (0, 4 or 8) | nonfirst << 1 | has_ports */
 };
+
+FD_DIRECT_FIELDS(FD_X_FITS)
+#undef FD_X_FITS
 
 struct fd_result {
 	__u32 val; /* action and counter slot */
@@ -488,6 +539,7 @@ volatile const __u32 fd_counter_slots = 1024;
 volatile const struct {
 	enum fd_class class;
 	enum fd_field field;
+	enum fd_direct direct;
 	enum fd_layout layout;
 	enum fd_rec_flags rec_flags;
 	struct fd_trace_rec trace;
@@ -616,6 +668,37 @@ static __always_inline __u32 fd_front_proto(const struct fd_pkt *p)
 	       (FD_FRONT_PROTO_N - 1);
 }
 
+/* A direct field's value in frame p (FD_DIRECT_FIELDS). */
+#define FD_DIR_VAL(p, MEMBER, BITS) ((__u32)(p)->MEMBER & ((1u << (BITS)) - 1))
+/* Whether a direct field is read after the front table (1), and whether
+ * an IP frame p has it. */
+#define FD_AFTER_FRONT 0
+#define FD_AFTER_PORTS 1
+#define FD_AFTER_IP 1
+#define FD_HAS_FRONT(p) 0
+#define FD_HAS_PORTS(p) ((p)->has_ports)
+#define FD_HAS_IP(p) 1
+/* The direct fields read after the front table, as fd_conf.fields bits. */
+#define FD_X_AFTER(NAME, MEMBER, BITS, WHEN) | (FD_AFTER_##WHEN << FD_FLD_##NAME)
+#define FD_FLD_DIR_AFTER (0 FD_DIRECT_FIELDS(FD_X_AFTER))
+
+/* fd_compound's and fd_compound64's step for one direct field read after
+ * the front table: AND the rules its value allows into acc, and give up
+ * when none is left. For a field that is not of p's kind (clang knows
+ * p's kind in each inlined copy, see fd_parse_then), or that no rule uses,
+ * nothing but one test of fields. */
+#define FD_X_AND(NAME, MEMBER, BITS, WHEN)                                                    \
+	if (FD_AFTER_##WHEN && FD_HAS_##WHEN(p) && (fields & (1 << FD_FLD_##NAME))) {          \
+		if (!fd_bm_and(&acc, t, FD_FLD_##NAME, t->tab[FD_DIR_##NAME + FD_DIR_VAL(p, MEMBER, BITS)])) \
+			return -1;                                                             \
+	}
+#define FD_X_AND64(NAME, MEMBER, BITS, WHEN)                                          \
+	if (FD_AFTER_##WHEN && FD_HAS_##WHEN(p) && (fields & (1 << FD_FLD_##NAME))) {  \
+		acc &= t->b64[FD_DIR_##NAME + FD_DIR_VAL(p, MEMBER, BITS)];            \
+		if (!acc)                                                              \
+			return -1;                                                     \
+	}
+
 /* fd_compound returns the position of the first compound rule that
  * matches p, or -1. Each field used by some rule maps the frame's value to
  * the set of rules that field allows (a bitmap); the AND of those sets,
@@ -641,7 +724,7 @@ static __always_inline int fd_compound(const struct fd_conf *c, const struct fd_
 		/* Not IP: only the EtherType. */
 		acc = c->kind[0];
 		if (fields & (1 << FD_FLD_ETHER)) {
-			if (!fd_bm_and(&acc, t, FD_FLD_ETHER, t->tab[FD_TAB_ETHER + p->ethertype]))
+			if (!fd_bm_and(&acc, t, FD_FLD_ETHER, t->tab[FD_DIR_ETHER + p->ethertype]))
 				return -1;
 		}
 		return fd_bm_first(&acc);
@@ -653,10 +736,7 @@ static __always_inline int fd_compound(const struct fd_conf *c, const struct fd_
 	acc = t->bm[FD_BM_FRONT + (cls & (FD_BM_FRONTS - 1))];
 	if (!(acc.w[0] | acc.w[1] | acc.w[2] | acc.w[3]))
 		return -1;
-	if (p->has_ports && (fields & (1 << FD_FLD_SPORT))) {
-		if (!fd_bm_and(&acc, t, FD_FLD_SPORT, t->tab[FD_TAB_SPORT + p->sport]))
-			return -1;
-	}
+	FD_DIRECT_FIELDS(FD_X_AND)
 	if (p->family == 4) {
 		if (fields & (1 << FD_FLD_SRC4)) {
 			if (!fd_bm_and(&acc, t, FD_FLD_SRC4, fd_trie4(t, FD_TAB_SRC4, p->src4)))
@@ -695,6 +775,10 @@ static __always_inline __u32 fd_trie4w(const struct fd_cls_half *t, __u32 dst, _
 /* The fields fd_compound64 looks up after the front table of an IPv4
  * frame with ports. */
 #define FD_FLD4_ALL (1 << FD_FLD_SPORT | 1 << FD_FLD_SRC4 | 1 << FD_FLD_DST4)
+/* The fields an IPv4 frame with ports may look up after its front table:
+ * with FD_FLD4_ALL exactly, fd_compound64 takes its fast path. */
+#define FD_FLD4_AFTER (FD_FLD_DIR_AFTER | 1 << FD_FLD_SRC4 | 1 << FD_FLD_DST4)
+_Static_assert((FD_FLD4_AFTER & FD_FLD4_ALL) == FD_FLD4_ALL, "the fast path's fields are read after the front");
 
 /* fd_compound64 is fd_compound for at most 64 rules: a bitmap is one
  * word, and an IP frame's first read (a front table, see FD_B64_PORTS)
@@ -724,15 +808,16 @@ static __always_inline int fd_compound64(const struct fd_conf *c, const struct f
 		/* Not IP: only the EtherType. */
 		acc = c->kind[0].w[0];
 		if (fields & (1 << FD_FLD_ETHER))
-			acc &= t->b64[FD_B64_ETHER + p->ethertype];
+			acc &= t->b64[FD_DIR_ETHER + p->ethertype];
 		return acc ? fd_ctz_hash(acc) : -1;
 	}
 	if (!acc)
 		return -1;
-	if (p->family == 4 && p->has_ports && (fields & FD_FLD4_ALL) == FD_FLD4_ALL) {
-		/* The rule sets of an attack use them all: one test instead
-		 * of three (the worst frame 2.44x -> 2.32x bare, A/B). */
-		acc &= t->b64[FD_B64_SPORT + p->sport];
+	if (p->family == 4 && p->has_ports && (fields & FD_FLD4_AFTER) == FD_FLD4_ALL) {
+		/* The rule sets of an attack use them all, and no other field
+		 * read after the front table: one test instead of three (the
+		 * worst frame 2.44x -> 2.32x bare, A/B). */
+		acc &= t->b64[FD_DIR_SPORT + p->sport];
 		if (!acc)
 			return -1;
 		acc &= t->b64[FD_B64_SRC4 + fd_trie4w(t, 0, p->src4)];
@@ -741,11 +826,7 @@ static __always_inline int fd_compound64(const struct fd_conf *c, const struct f
 		acc &= t->b64[FD_B64_DST4 + fd_trie4w(t, 1, p->dst4)];
 		return acc ? fd_ctz_hash(acc) : -1;
 	}
-	if (p->has_ports && (fields & (1 << FD_FLD_SPORT))) {
-		acc &= t->b64[FD_B64_SPORT + p->sport];
-		if (!acc)
-			return -1;
-	}
+	FD_DIRECT_FIELDS(FD_X_AND64)
 	if (p->family == 4) {
 		if (fields & (1 << FD_FLD_SRC4)) {
 			acc &= t->b64[FD_B64_SRC4 + fd_trie4w(t, 0, p->src4)];
@@ -916,6 +997,12 @@ static __always_inline int fd_ports(struct fd_pkt *p, void *pos, void *data_end)
 		return -1;
 	/* Both ports in one load: sport in the high half. */
 	ports = bpf_ntohl(*(__u32 *)pos);
+	p->tcpflags = 0;
+	if (p->proto == IPPROTO_TCP) {
+		if (pos + 20 > data_end)
+			return -1;
+		p->tcpflags = ((__u8 *)pos)[13];
+	}
 	p->sport = ports >> 16;
 	p->dport = ports & 0xffff;
 	p->has_ports = 1;
@@ -976,6 +1063,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	 * them (an undefined register), which the verifier refuses. */
 	p.sport = 0;
 	p.dport = 0;
+	p.tcpflags = 0;
 
 	if (et == ETH_P_IP) {
 		struct iphdr *iph;
@@ -985,6 +1073,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 			return fd_malformed(len, decide, arg);
 		p.family = 4;
 		p.proto = proto;
+		p.ttl = iph->ttl;
 		p.src4 = bpf_ntohl(iph->saddr);
 		p.dst4 = bpf_ntohl(iph->daddr);
 		if (iph->frag_off & bpf_htons(0x1fff)) {
@@ -1006,6 +1095,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		proto = parse_ip6hdr(&nh, data_end, &ip6h);
 		if (proto < 0)
 			return fd_malformed(len, decide, arg);
+		p.ttl = ip6h->hop_limit;
 		__builtin_memcpy(p.src6, &ip6h->saddr, 16);
 		__builtin_memcpy(p.dst6, &ip6h->daddr, 16);
 		proto = skip_ip6hdrext(&nh, data_end, proto, &p.nonfirst);
@@ -1032,6 +1122,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	p.family = 0;
 	p.kind = 0;
 	p.proto = 0;
+	p.ttl = 0;
 	p.src4 = 0;
 	p.dst4 = 0;
 	return decide(arg, &p);

@@ -55,28 +55,37 @@ const (
 // tbl24Entries is FD_V4_TBL24, or this does not compile.
 var _ = [1]struct{}{}[tbl24Entries-int(gen.FastdropFdLayoutFD_V4TBL24)]
 
-// Offsets of each field's direct table in the u16 class tables.
-var fieldTab = [8]int{
-	gen.FastdropFdFieldFD_FLD_ETHER: int(gen.FastdropFdLayoutFD_TAB_ETHER),
-	gen.FastdropFdFieldFD_FLD_PROTO: int(gen.FastdropFdLayoutFD_TAB_PROTO),
-	gen.FastdropFdFieldFD_FLD_SPORT: int(gen.FastdropFdLayoutFD_TAB_SPORT),
-	gen.FastdropFdFieldFD_FLD_DPORT: int(gen.FastdropFdLayoutFD_TAB_DPORT),
-	gen.FastdropFdFieldFD_FLD_SRC4:  int(gen.FastdropFdLayoutFD_TAB_SRC4),
-	gen.FastdropFdFieldFD_FLD_DST4:  int(gen.FastdropFdLayoutFD_TAB_DST4),
-	gen.FastdropFdFieldFD_FLD_SRC6:  int(gen.FastdropFdLayoutFD_TAB_SRC6),
-	gen.FastdropFdFieldFD_FLD_DST6:  int(gen.FastdropFdLayoutFD_TAB_DST6),
+// fieldTab is the offset of field fld's table in the u16 class tables
+// (for an address field, its first level), fieldB64 that of its bitmaps in
+// fd_cls_half.b64 (at most 64 rules): a direct field's table holds one
+// entry per value in both (FD_DIR_*), an address field's bitmaps are by
+// class.
+func fieldTab(fld int) int {
+	switch fld {
+	case fldSrc4:
+		return int(gen.FastdropFdLayoutFD_TAB_SRC4)
+	case fldDst4:
+		return int(gen.FastdropFdLayoutFD_TAB_DST4)
+	case fldSrc6:
+		return int(gen.FastdropFdLayoutFD_TAB_SRC6)
+	case fldDst6:
+		return int(gen.FastdropFdLayoutFD_TAB_DST6)
+	}
+	return directFieldOf(fld).off
 }
 
-// Offsets of each field's bitmaps in fd_cls_half.b64 (at most 64 rules).
-var fieldB64 = [8]int{
-	gen.FastdropFdFieldFD_FLD_ETHER: int(gen.FastdropFdLayoutFD_B64ETHER),
-	gen.FastdropFdFieldFD_FLD_PROTO: int(gen.FastdropFdLayoutFD_B64PROTO),
-	gen.FastdropFdFieldFD_FLD_SPORT: int(gen.FastdropFdLayoutFD_B64SPORT),
-	gen.FastdropFdFieldFD_FLD_DPORT: int(gen.FastdropFdLayoutFD_B64DPORT),
-	gen.FastdropFdFieldFD_FLD_SRC4:  int(gen.FastdropFdLayoutFD_B64SRC4),
-	gen.FastdropFdFieldFD_FLD_DST4:  int(gen.FastdropFdLayoutFD_B64DST4),
-	gen.FastdropFdFieldFD_FLD_SRC6:  int(gen.FastdropFdLayoutFD_B64SRC6),
-	gen.FastdropFdFieldFD_FLD_DST6:  int(gen.FastdropFdLayoutFD_B64DST6),
+func fieldB64(fld int) int {
+	switch fld {
+	case fldSrc4:
+		return int(gen.FastdropFdLayoutFD_B64SRC4)
+	case fldDst4:
+		return int(gen.FastdropFdLayoutFD_B64DST4)
+	case fldSrc6:
+		return int(gen.FastdropFdLayoutFD_B64SRC6)
+	case fldDst6:
+		return int(gen.FastdropFdLayoutFD_B64DST6)
+	}
+	return directFieldOf(fld).off
 }
 
 // Offsets of the front tables in fd_cls_half.b64, and of their classes
@@ -215,32 +224,34 @@ func (e *dupPrefixError) Unwrap() error { return ErrDuplicatePrefix }
 // ---- rule records (struct fd_rule_rec) ----
 
 const (
-	recFlagSrc   = uint8(gen.FastdropFdRecFlagsFD_REC_SRC)
-	recFlagDst   = uint8(gen.FastdropFdRecFlagsFD_REC_DST)
-	recFlagProto = uint8(gen.FastdropFdRecFlagsFD_REC_PROTO)
-	recFlagSport = uint8(gen.FastdropFdRecFlagsFD_REC_SPORT)
-	recFlagDport = uint8(gen.FastdropFdRecFlagsFD_REC_DPORT)
-	recFlagFrag  = uint8(gen.FastdropFdRecFlagsFD_REC_FRAG)
+	recFlagSrc   = uint32(gen.FastdropFdRecFlagsFD_REC_SRC)
+	recFlagDst   = uint32(gen.FastdropFdRecFlagsFD_REC_DST)
+	recFlagProto = uint32(gen.FastdropFdRecFlagsFD_REC_PROTO)
+	recFlagSport = uint32(gen.FastdropFdRecFlagsFD_REC_SPORT)
+	recFlagDport = uint32(gen.FastdropFdRecFlagsFD_REC_DPORT)
+	recFlagFrag  = uint32(gen.FastdropFdRecFlagsFD_REC_FRAG)
 )
 
 // Byte offsets in struct fd_rule_rec; TestRecordLayout checks them against
 // the generated type.
 const (
 	recAction  = 0
-	recFlags   = 1
-	recProto   = 2
-	recSrcLen  = 3
-	recDstLen  = 4
-	recFamily  = 5
-	recEther   = 6
-	recSport   = 8
-	recDport   = 12
-	recLine    = 16
-	recOrder   = 20
-	recAdded   = 24
-	recRemoved = 28
-	recSrc     = 32
-	recDst     = 48
+	recFamily  = 1
+	recSrcLen  = 2
+	recDstLen  = 3
+	recFlags   = 4 // u32
+	recLine    = 8
+	recOrder   = 12
+	recAdded   = 16
+	recRemoved = 20
+	recSrc     = 24
+	recDst     = 40
+	recEther   = 56
+	recSport   = 58
+	recDport   = 62
+	recProto   = 66
+	recTTL     = 67
+	recTCPSet  = 69 // then tcp_clear, tcp_exact
 )
 
 // recLive reports whether a record with generations added and removed is
@@ -255,7 +266,7 @@ func encodeRecord(b []byte, r *Rule, order, added, removed uint32) {
 	clear(b[:recSize])
 	le := binary.LittleEndian
 	b[recAction] = uint8(r.Action)
-	var flags uint8
+	var flags uint32
 	for i := range matchFields {
 		f := &matchFields[i]
 		if f.recFlag == 0 || f.isSet(r) {
@@ -263,7 +274,7 @@ func encodeRecord(b []byte, r *Rule, order, added, removed uint32) {
 			f.encode(b, r)
 		}
 	}
-	b[recFlags] = flags
+	le.PutUint32(b[recFlags:], flags)
 	le.PutUint32(b[recLine:], uint32(max(r.Line, 0)))
 	le.PutUint32(b[recOrder:], order)
 	le.PutUint32(b[recAdded:], added)
@@ -286,7 +297,7 @@ func decodeRecord(b []byte) (r Rule, order, added, removed uint32, ok bool) {
 func decodeRecordInto(b []byte, r *Rule) (order uint32) {
 	le := binary.LittleEndian
 	r.Action = Action(b[recAction])
-	flags := b[recFlags]
+	flags := le.Uint32(b[recFlags:])
 	for i := range matchFields {
 		if f := &matchFields[i]; f.recFlag == 0 || flags&f.recFlag != 0 {
 			f.decode(b, r)
@@ -365,10 +376,14 @@ func compileCompound(rules []*Rule) (*classifier, error) {
 			}
 		}
 	}
-	c.exact(fldEther, rules, directSize, func(r *Rule) (int, bool) { return int(r.EtherType), r.EtherType != 0 })
-	c.exact(fldProto, rules, 256, func(r *Rule) (int, bool) { return int(r.Proto), r.HasProto })
-	c.ports(fldSport, rules, func(r *Rule) *PortRange { return r.SrcPort })
-	c.ports(fldDport, rules, func(r *Rule) *PortRange { return r.DstPort })
+	var spans []span
+	for i := range matchFields {
+		if f := &matchFields[i]; f.direct != nil {
+			if err := c.direct(f, rules, &spans); err != nil {
+				return nil, err
+			}
+		}
+	}
 	for _, f := range []struct {
 		fld int
 		v4  bool
@@ -389,8 +404,8 @@ func compileCompound(rules []*Rule) (*classifier, error) {
 				continue
 			}
 			bm := c.bm[fld*bmField:]
-			switch fld {
-			case fldEther, fldProto, fldSport, fldDport:
+			switch {
+			case directFieldOf(fld) != nil:
 				tab := c.tabs[fld]
 				c.b64[fld] = make([]uint64, len(tab))
 				for v, cls := range tab {
@@ -510,89 +525,88 @@ func (c *classifier) fronts(oneWord bool) {
 
 // kindAllows reports whether r can match a frame of family fam (0 = not
 // IP), that is (or is not) a non-first fragment and has (or has no) ports,
-// leaving aside the fields that have tables.
+// leaving aside the fields that have tables: for each field r sets, what
+// its entry in matchFields says of the frames that can match it.
 func kindAllows(r *Rule, fam int, nonfirst, ports bool) bool {
-	if fam == 0 && r.needsIP() {
-		return false
-	}
-	for _, p := range []netip.Prefix{r.Src, r.Dst} {
-		if p.IsValid() && (p.Addr().Is4() && fam != 4 || !p.Addr().Is4() && fam != 6) {
+	for i := range matchFields {
+		f := &matchFields[i]
+		if !f.isSet(r) {
+			continue
+		}
+		if f.ip && fam == 0 || f.frames == framesPorts && !ports || f.frames == framesNonfirst && !nonfirst {
 			return false
 		}
-	}
-	if r.Fragment && !nonfirst {
-		return false
-	}
-	if (r.SrcPort != nil || r.DstPort != nil) && !ports {
-		return false
+		if f.store == storePrefix {
+			if p := f.prefixOf(r); p.Addr().Is4() && fam != 4 || !p.Addr().Is4() && fam != 6 {
+				return false
+			}
+		}
 	}
 	return true
 }
 
-// exact compiles a field matched for equality (ether, proto): class 0 is
-// every value no rule names, class k the k-th distinct value.
-func (c *classifier) exact(fld int, rules []*Rule, size int, get func(*Rule) (int, bool)) {
-	var values []int
-	for _, r := range rules {
-		if v, ok := get(r); ok && !slices.Contains(values, v) {
-			values = append(values, v)
-		}
-	}
-	if len(values) == 0 {
-		return
-	}
-	c.fields |= 1 << fld
-	c.used[fld] = len(values) + 1
-	bm := c.bm[fld*bmField:]
-	for i, r := range rules {
-		v, ok := get(r)
-		for k := range len(values) + 1 {
-			if !ok || k > 0 && values[k-1] == v {
-				bm[k].set(i)
-			}
-		}
-	}
-	tab := c.tab(fld, size)
-	for k, v := range values {
-		tab[v] = uint16(k + 1)
-	}
-}
+// span is an inclusive range of values of a direct field.
+type span struct{ lo, hi int }
 
-// ports compiles a port field: the ports split into intervals at every
-// range's ends; class k is the k-th interval.
-func (c *classifier) ports(fld int, rules []*Rule, get func(*Rule) *PortRange) {
+// direct compiles the direct field f (FD_DIRECT_FIELDS in bpf/fastdrop.h:
+// a table indexed by the frame's value): the values split into intervals
+// at the ends of every rule's spans; class k is the k-th interval, and its
+// bitmap has the rules whose spans hold it and the rules without the field.
+// spans is scratch space.
+func (c *classifier) direct(f *matchField, rules []*Rule, spans *[]span) error {
+	d := f.direct
+	size := 1 << d.bits
 	cuts := []int{0}
 	for _, r := range rules {
-		if p := get(r); p != nil {
-			cuts = append(cuts, int(p.Lo), int(p.Hi)+1)
+		if f.isSet(r) {
+			*spans = d.spans(r, (*spans)[:0])
+			for _, s := range *spans {
+				cuts = append(cuts, s.lo, s.hi+1)
+			}
 		}
 	}
 	if len(cuts) == 1 {
-		return
+		return nil
 	}
 	slices.Sort(cuts)
 	cuts = slices.Compact(cuts)
-	if cuts[len(cuts)-1] == 65536 {
+	if cuts[len(cuts)-1] == size {
 		cuts = cuts[:len(cuts)-1]
 	}
+	if len(cuts) > bmField {
+		return fmt.Errorf("compound rules: %s splits its values into %d intervals, room for %d: %w", f.name, len(cuts), bmField, ErrCapacity)
+	}
+	fld := d.fld
 	c.fields |= 1 << fld
 	c.used[fld] = len(cuts)
 	bm := c.bm[fld*bmField:]
-	tab := c.tab(fld, directSize)
+	tab := c.tab(fld, size)
 	for k, lo := range cuts {
-		hi := 65536
+		hi := size
 		if k+1 < len(cuts) {
 			hi = cuts[k+1]
 		}
-		for p := lo; p < hi; p++ {
-			tab[p] = uint16(k)
+		for v := lo; v < hi; v++ {
+			tab[v] = uint16(k)
 		}
-		for i, r := range rules {
-			if p := get(r); p == nil || p.Contains(uint16(lo)) {
+	}
+	for i, r := range rules {
+		if !f.isSet(r) {
+			for k := range cuts {
+				bm[k].set(i)
+			}
+			continue
+		}
+		*spans = d.spans(r, (*spans)[:0])
+		for _, s := range *spans {
+			// The classes of the values lo..hi: the one that starts
+			// at lo, and each after it that starts at most at hi.
+			for k := int(tab[s.lo]); k < len(cuts) && cuts[k] <= s.hi; k++ {
 				bm[k].set(i)
 			}
 		}
 	}
+	return nil
 }
 
 // prefixes compiles an address field into a multibit trie (16 bits, then 8

@@ -140,8 +140,8 @@ func (f *matchField) isSet(r *Rule) bool {
 	switch f.store {
 	case storePrefix:
 		return (*netip.Prefix)(p).IsValid()
-	case storeRange:
-		return *(**PortRange)(p) != nil
+	case storePtr:
+		return *(*unsafe.Pointer)(p) != nil
 	case storeU16:
 		return *(*uint16)(p) != 0
 	case storeBool:

@@ -88,7 +88,13 @@ func (g *diffGen) frame() []byte {
 	if s.SrcPort != 0 || s.DstPort != 0 {
 		s.SrcPort, s.DstPort = g.port(), g.port()
 	}
+	if g.rng.IntN(2) == 0 {
+		s.TTL = g.ttl()
+	}
 	f := s.Build()
+	if s.Proto == ProtoTCP && f.L4 >= 0 && f.L4+14 <= len(f.Bytes) && g.rng.IntN(2) == 0 {
+		f.Bytes[f.L4+13] = g.flagByte()
+	}
 	switch n := g.rng.IntN(10); {
 	case n < 2:
 		return frames.Mutate(g.rng, f)
@@ -123,6 +129,54 @@ func (g *diffGen) portRange() *PortRange {
 	return &PortRange{Lo: lo, Hi: hi}
 }
 
+// diffTTLs are the TTLs and hop limits rules and frames are drawn from
+// (frames.Spec cannot make 0; mutated frames can).
+var diffTTLs = []uint8{1, 2, 3, 63, 64, 65, 128, 254, 255}
+
+func (g *diffGen) ttl() uint8 {
+	if g.rng.IntN(4) == 0 {
+		return uint8(g.rng.Uint32())
+	}
+	return diffTTLs[g.rng.IntN(len(diffTTLs))]
+}
+
+func (g *diffGen) ttlRange() *ByteRange {
+	lo, hi := g.ttl(), g.ttl()
+	if g.rng.IntN(2) == 0 {
+		hi = lo
+	}
+	if g.rng.IntN(8) == 0 {
+		lo = 0
+	}
+	if lo > hi {
+		lo, hi = hi, lo
+	}
+	return &ByteRange{Lo: lo, Hi: hi}
+}
+
+// diffFlags are the TCP flag bytes rules and frames are drawn from: those
+// of attacks and scans, then any.
+var diffFlags = []uint8{0x02, 0x12, 0x10, 0x04, 0x14, 0x01, 0x11, 0x29, 0x00, 0xff, 0x18, 0xc2}
+
+func (g *diffGen) flagByte() uint8 {
+	if g.rng.IntN(4) == 0 {
+		return uint8(g.rng.Uint32())
+	}
+	return diffFlags[g.rng.IntN(len(diffFlags))]
+}
+
+func (g *diffGen) tcpFlags() *TCPFlags {
+	if g.rng.IntN(4) == 0 {
+		return &TCPFlags{Set: g.flagByte(), Exact: true}
+	}
+	set := g.flagByte()
+	clear := g.flagByte() &^ set
+	if g.rng.IntN(2) == 0 {
+		clear = 0
+	}
+	return &TCPFlags{Set: set, Clear: clear}
+}
+
 // compound returns a random valid compound rule.
 func (g *diffGen) compound() Rule {
 	for {
@@ -154,6 +208,12 @@ func (g *diffGen) compound() Rule {
 		}
 		if r.SrcPort == nil && r.DstPort == nil && g.rng.IntN(6) == 0 {
 			r.Fragment = true
+		}
+		if g.rng.IntN(5) == 0 {
+			r.TTL = g.ttlRange()
+		}
+		if r.HasProto && r.Proto == ProtoTCP && g.rng.IntN(2) == 0 {
+			r.TCPFlags = g.tcpFlags()
 		}
 		if r.IsPrefixOnly() || r.Validate() != nil {
 			continue
@@ -283,6 +343,7 @@ func FuzzDifferential(f *testing.F) {
 	}
 	f.Add(uint8(0), frames.UDP4("10.0.0.1", "10.0.0.2", 1, 53, 0).Bytes)
 	f.Add(uint8(1), frames.TCP6("2001:db8::1", "2001:db8::2", 1, 443, 0).Bytes)
+	f.Add(uint8(2), withTTL(spec4("10.0.0.1", "10.0.0.2", frames.ProtoUDP, 1, 53), 1))
 	f.Fuzz(func(t *testing.T, seed uint8, frame []byte) {
 		fe := &fuzzEngine
 		fe.Lock()

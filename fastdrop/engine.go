@@ -1561,7 +1561,7 @@ func (e *Engine) writeClassifier(h uint32) error {
 		}
 		// (No table for IPv4 fields with at most 64 rules: wideTries.)
 		if tab := c.tabs[fld]; len(tab) > 0 {
-			if _, err := e.mem.cls.WriteAt(u16Bytes(tab), half+clsTab+int64(fieldTab[fld])*2); err != nil {
+			if _, err := e.mem.cls.WriteAt(u16Bytes(tab), half+clsTab+int64(fieldTab(fld))*2); err != nil {
 				return fmt.Errorf("write compound rule tables: %w", err)
 			}
 		}
@@ -1579,7 +1579,7 @@ func (e *Engine) writeClassifier(h uint32) error {
 		if len(s) == 0 {
 			continue
 		}
-		if _, err := e.mem.cls.WriteAt(u64Bytes(s), half+clsB64+int64(fieldB64[fld])*8); err != nil {
+		if _, err := e.mem.cls.WriteAt(u64Bytes(s), half+clsB64+int64(fieldB64(fld))*8); err != nil {
 			return fmt.Errorf("write compound rule bitmaps: %w", err)
 		}
 	}

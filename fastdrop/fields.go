@@ -2,11 +2,15 @@ package fastdrop
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
+
+	"github.com/xdpdrop/xdpdrop/gen"
 )
 
 // matchField describes one match field of the rule language: how the
@@ -52,6 +56,13 @@ type matchField struct {
 	textPos int
 	// ip: only an IPv4 or IPv6 frame can match the field.
 	ip bool
+	// frames: which IP frames can match the field, beyond ip (the
+	// compiler's kindAllows).
+	frames frameKind
+	// direct: the classifiers look the field up by its value in the
+	// frame, in a table of its own (nil for the address fields, which
+	// have tries, and frag, which only the frame's kind decides).
+	direct *directField
 	// check is Rule.Validate's check of the field, nil if there is
 	// nothing to check; it runs if the field is set, or always if
 	// checkZero. Checks run in table order, then the checks of
@@ -64,7 +75,7 @@ type matchField struct {
 	// runs and sets it if the field is set, decode runs if it is set. 0:
 	// the record's value says itself whether the field is set (ether: 0),
 	// and encode and decode always run.
-	recFlag uint8
+	recFlag uint32
 	// rec names the members of struct fd_rule_rec that hold the value,
 	// at their offsets and widths (TestRecordLayout checks them against
 	// the BTF of the object).
@@ -73,6 +84,39 @@ type matchField struct {
 	// back into r.
 	encode func(b []byte, r *Rule)
 	decode func(b []byte, r *Rule)
+}
+
+// frameKind is what a frame must be for a field to match it, beyond IP.
+type frameKind uint8
+
+const (
+	framesAny      frameKind = iota
+	framesPorts              // TCP or UDP, not a non-first fragment
+	framesNonfirst           // a non-first fragment
+)
+
+// directField is a field of FD_DIRECT_FIELDS in bpf/fastdrop.h: its value
+// in the frame (bits wide) indexes a table of its own, which the compiler
+// (classifier.direct) fills from the values each rule allows. The C list
+// has it under the same name, upper case, with the same bits
+// (TestDirectFields).
+type directField struct {
+	fld  int // enum fd_field
+	off  int // FD_DIR_<NAME>: its table in fd_cls_half.tab and .b64
+	bits int
+	// spans appends the values r's field (which is set) allows, as
+	// inclusive ranges, to dst.
+	spans func(r *Rule, dst []span) []span
+}
+
+// directFieldOf returns the direct field whose enum fd_field is fld, or nil.
+func directFieldOf(fld int) *directField {
+	for i := range matchFields {
+		if d := matchFields[i].direct; d != nil && d.fld == fld {
+			return d
+		}
+	}
+	return nil
 }
 
 // recMember is a member of struct fd_rule_rec: its name, offset and width.
@@ -86,7 +130,7 @@ type storeKind uint8
 
 const (
 	storePrefix storeKind = iota + 1 // netip.Prefix; set if valid
-	storeRange                       // *PortRange; set if not nil
+	storePtr                         // a pointer (*PortRange, ...); set if not nil
 	storeU16                         // uint16; set if not 0
 	storeBool                        // bool; set if true (proto: HasProto)
 )
@@ -94,12 +138,12 @@ const (
 // matchFields are the match fields, in the order messages list them and
 // Rule.Validate checks them. init sets it, since entries refer to the
 // table (which a variable's initializer may not); nothing changes it.
-var matchFields [7]matchField
+var matchFields [9]matchField
 
 func init() {
 	matchFields = [...]matchField{
-		prefixField("src", unsafe.Offsetof(Rule{}.Src), recPlace{recFlagSrc, recSrcLen, recSrc}, func(r *Rule) *netip.Prefix { return &r.Src }, func(p *packet) netip.Addr { return p.src }, 2),
-		prefixField("dst", unsafe.Offsetof(Rule{}.Dst), recPlace{recFlagDst, recDstLen, recDst}, func(r *Rule) *netip.Prefix { return &r.Dst }, func(p *packet) netip.Addr { return p.dst }, 4),
+		prefixField("src", unsafe.Offsetof(Rule{}.Src), recPlace{recFlagSrc, recSrcLen, recSrc}, func(r *Rule) *netip.Prefix { return &r.Src }, func(p *packet) netip.Addr { return p.src }, 3),
+		prefixField("dst", unsafe.Offsetof(Rule{}.Dst), recPlace{recFlagDst, recDstLen, recDst}, func(r *Rule) *netip.Prefix { return &r.Dst }, func(p *packet) netip.Addr { return p.dst }, 5),
 		{
 			name:     "proto",
 			examples: []string{"drop tcp", "pass proto 47", "drop ether ipv6 icmpv6", "drop proto 44 src 2001:db8::/32 frag"},
@@ -133,14 +177,16 @@ func init() {
 				}
 				return nil
 			},
-			match:   func(r *Rule, pkt *packet) bool { return pkt.isIP && r.Proto == pkt.proto },
+			match: func(r *Rule, pkt *packet) bool { return pkt.isIP && r.Proto == pkt.proto },
+			direct: &directField{fld: fldProto, off: int(gen.FastdropFdDirectFD_DIR_PROTO), bits: 8,
+				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.Proto), int(r.Proto)}) }},
 			recFlag: recFlagProto,
 			rec:     []recMember{{"proto", recProto, 1}},
 			encode:  func(b []byte, r *Rule) { b[recProto] = r.Proto },
 			decode:  func(b []byte, r *Rule) { r.Proto, r.HasProto = b[recProto], true },
 		},
-		portField("sport", unsafe.Offsetof(Rule{}.SrcPort), recPlace{flag: recFlagSport, val: recSport}, func(r *Rule) **PortRange { return &r.SrcPort }, func(p *packet) uint16 { return p.sport }, 3),
-		portField("dport", unsafe.Offsetof(Rule{}.DstPort), recPlace{flag: recFlagDport, val: recDport}, func(r *Rule) **PortRange { return &r.DstPort }, func(p *packet) uint16 { return p.dport }, 5),
+		portField("sport", unsafe.Offsetof(Rule{}.SrcPort), recPlace{flag: recFlagSport, val: recSport}, fldSport, int(gen.FastdropFdDirectFD_DIR_SPORT), func(r *Rule) **PortRange { return &r.SrcPort }, func(p *packet) uint16 { return p.sport }, 4),
+		portField("dport", unsafe.Offsetof(Rule{}.DstPort), recPlace{flag: recFlagDport, val: recDport}, fldDport, int(gen.FastdropFdDirectFD_DIR_DPORT), func(r *Rule) **PortRange { return &r.DstPort }, func(p *packet) uint16 { return p.dport }, 6),
 		{
 			name:     "ether",
 			examples: []string{"drop ether arp", "pass ether 0x1234", "drop ether ipv4 udp dst 10.0.0.0/8"},
@@ -173,7 +219,9 @@ func init() {
 				}
 				return nil
 			},
-			match:  func(r *Rule, pkt *packet) bool { return r.EtherType == pkt.etherType },
+			match: func(r *Rule, pkt *packet) bool { return r.EtherType == pkt.etherType },
+			direct: &directField{fld: fldEther, off: int(gen.FastdropFdDirectFD_DIR_ETHER), bits: 16,
+				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.EtherType), int(r.EtherType)}) }},
 			rec:    []recMember{{"ether", recEther, 2}},
 			encode: func(b []byte, r *Rule) { binary.LittleEndian.PutUint16(b[recEther:], r.EtherType) },
 			decode: func(b []byte, r *Rule) { r.EtherType = binary.LittleEndian.Uint16(b[recEther:]) },
@@ -186,14 +234,228 @@ func init() {
 			at:       unsafe.Offsetof(Rule{}.Fragment),
 			store:    storeBool,
 			text:     func(*Rule) string { return "frag" },
-			textPos:  6,
+			textPos:  7,
 			ip:       true,
+			frames:   framesNonfirst,
 			match:    func(_ *Rule, pkt *packet) bool { return pkt.isIP && pkt.fragment },
 			recFlag:  recFlagFrag,
 			encode:   func([]byte, *Rule) {},
 			decode:   func(_ []byte, r *Rule) { r.Fragment = true },
 		},
+		{
+			name:     "ttl",
+			examples: []string{"drop udp ttl 0-2", "drop src 192.0.2.0/24 ttl 64", "pass ether ipv6 ttl 255", "drop frag ttl 1"},
+			need:     "ttl needs a value (want a TTL or hop limit 0-255, or a range like 0-2)",
+			parse: func(r *Rule, v string) string {
+				br, msg := parseByteRange(v, "a TTL or hop limit 0-255, or a range like 0-2")
+				if msg != "" {
+					return fmt.Sprintf("ttl %s: %s", clipped(v), msg)
+				}
+				r.TTL = br
+				return ""
+			},
+			at:      unsafe.Offsetof(Rule{}.TTL),
+			store:   storePtr,
+			text:    func(r *Rule) string { return "ttl " + r.TTL.String() },
+			textPos: 8,
+			ip:      true,
+			check: func(r *Rule) error {
+				if r.TTL.Lo > r.TTL.Hi {
+					return fmt.Errorf("ttl %d-%d: range is empty (write the lower value first)", r.TTL.Lo, r.TTL.Hi)
+				}
+				return nil
+			},
+			match: func(r *Rule, pkt *packet) bool { return pkt.isIP && r.TTL.Contains(pkt.ttl) },
+			direct: &directField{fld: int(gen.FastdropFdFieldFD_FLD_TTL), off: int(gen.FastdropFdDirectFD_DIR_TTL), bits: 8,
+				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.TTL.Lo), int(r.TTL.Hi)}) }},
+			recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_TTL),
+			rec:     []recMember{{"ttl_lo", recTTL, 1}, {"ttl_hi", recTTL + 1, 1}},
+			encode:  func(b []byte, r *Rule) { b[recTTL], b[recTTL+1] = r.TTL.Lo, r.TTL.Hi },
+			decode:  func(b []byte, r *Rule) { r.TTL = &ByteRange{Lo: b[recTTL], Hi: b[recTTL+1]} },
+		},
+		{
+			name:     "flags",
+			examples: []string{"drop tcp flags syn,!ack dport 80", "drop tcp flags ==syn", "drop tcp flags fin,psh,urg", "pass tcp flags ==none", "drop tcp flags !syn,!rst,!ack src 2001:db8::/32"},
+			need:     "flags needs a value (" + wantTCPFlags + ")",
+			parse: func(r *Rule, v string) string {
+				fl, msg := parseTCPFlags(v)
+				if msg != "" {
+					return fmt.Sprintf("flags %s: %s", clipped(v), msg)
+				}
+				r.TCPFlags = fl
+				return ""
+			},
+			at:      unsafe.Offsetof(Rule{}.TCPFlags),
+			store:   storePtr,
+			text:    func(r *Rule) string { return "flags " + r.TCPFlags.String() },
+			textPos: 2,
+			ip:      true,
+			frames:  framesPorts,
+			check: func(r *Rule) error {
+				fl := r.TCPFlags
+				if !fl.Exact && fl.Set|fl.Clear == 0 {
+					return errors.New("flags names no flag (" + wantTCPFlags + ")")
+				}
+				if fl.Set&fl.Clear != 0 || fl.Exact && fl.Clear != 0 {
+					return fmt.Errorf("flags %s: a flag both set and clear never matches", fl)
+				}
+				if !r.HasProto || r.Proto != ProtoTCP {
+					return fmt.Errorf("flags needs protocol tcp (write e.g. \"tcp flags %s\")", fl)
+				}
+				if r.Fragment {
+					return errors.New("frag never matches together with flags: non-first fragments carry no TCP header")
+				}
+				return nil
+			},
+			match: func(r *Rule, pkt *packet) bool {
+				return pkt.hasPorts && pkt.proto == ProtoTCP && r.TCPFlags.Matches(pkt.tcpFlags)
+			},
+			direct: &directField{fld: int(gen.FastdropFdFieldFD_FLD_FLAGS), off: int(gen.FastdropFdDirectFD_DIR_FLAGS), bits: 8,
+				spans: func(r *Rule, dst []span) []span {
+					return valueSpans(dst, 256, func(v int) bool { return r.TCPFlags.Matches(uint8(v)) })
+				}},
+			recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_FLAGS),
+			rec:     []recMember{{"tcp_set", recTCPSet, 1}, {"tcp_clear", recTCPSet + 1, 1}, {"tcp_exact", recTCPSet + 2, 1}},
+			encode: func(b []byte, r *Rule) {
+				b[recTCPSet], b[recTCPSet+1], b[recTCPSet+2] = r.TCPFlags.Set, r.TCPFlags.Clear, 0
+				if r.TCPFlags.Exact {
+					b[recTCPSet+2] = 1
+				}
+			},
+			decode: func(b []byte, r *Rule) {
+				r.TCPFlags = &TCPFlags{Set: b[recTCPSet], Clear: b[recTCPSet+1], Exact: b[recTCPSet+2] != 0}
+			},
+		},
 	}
+}
+
+// valueSpans appends the values v < n that ok allows to dst, as spans.
+func valueSpans(dst []span, n int, ok func(v int) bool) []span {
+	for v := 0; v < n; v++ {
+		if !ok(v) {
+			continue
+		}
+		if k := len(dst) - 1; k >= 0 && dst[k].hi == v-1 {
+			dst[k].hi = v
+		} else {
+			dst = append(dst, span{v, v})
+		}
+	}
+	return dst
+}
+
+// TCPFlags is what the flags field matches in a TCP header's byte 13
+// (CWR, ECE, URG, ACK, PSH, RST, SYN, FIN from the top bit down), with
+// FlowSpec's bitmask semantics (RFC 8955 4.2.2.9): every bit of Set set
+// and every bit of Clear clear, the others any; with Exact, the byte is
+// Set and Clear is 0.
+type TCPFlags struct {
+	Set, Clear uint8
+	Exact      bool
+}
+
+// TCP flag bits, in the order String writes them.
+var tcpFlagNames = [8]string{"fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr"}
+
+const wantTCPFlags = "want flag names fin, syn, rst, psh, ack, urg, ece, cwr separated by commas, each set, or clear with !, as in syn,!ack; or == and the only flags set, as in ==syn or ==none"
+
+// Matches reports whether a TCP flags byte matches f.
+func (f TCPFlags) Matches(b uint8) bool {
+	if f.Exact {
+		return b == f.Set
+	}
+	return b&f.Set == f.Set && b&f.Clear == 0
+}
+
+func (f TCPFlags) String() string {
+	var b strings.Builder
+	if f.Exact {
+		b.WriteString("==")
+		if f.Set == 0 {
+			b.WriteString("none")
+		}
+	}
+	for i, name := range tcpFlagNames {
+		bit := uint8(1) << i
+		if f.Set&bit == 0 && f.Clear&bit == 0 {
+			continue
+		}
+		if b.Len() > 0 && b.String() != "==" {
+			b.WriteByte(',')
+		}
+		if f.Clear&bit != 0 {
+			b.WriteByte('!')
+		}
+		b.WriteString(name)
+	}
+	return b.String()
+}
+
+// parseTCPFlags parses flags' value: NAME[,NAME...] where a NAME may have
+// a leading ! (clear), or == and names (exact), or ==none.
+func parseTCPFlags(s string) (*TCPFlags, string) {
+	f := &TCPFlags{}
+	rest, exact := strings.CutPrefix(s, "==")
+	f.Exact = exact
+	if exact && rest == "none" {
+		return f, ""
+	}
+	for _, name := range strings.Split(rest, ",") {
+		clear := false
+		if n, ok := strings.CutPrefix(name, "!"); ok {
+			if exact {
+				return nil, "! has no place after == (the flags == does not name are clear): write ==syn, or syn,!ack for some flags set and some clear"
+			}
+			name, clear = n, true
+		}
+		i := slices.Index(tcpFlagNames[:], name)
+		if i < 0 {
+			return nil, fmt.Sprintf("unknown TCP flag %q (%s)", clipped(name), wantTCPFlags)
+		}
+		bit := uint8(1) << i
+		if (f.Set|f.Clear)&bit != 0 {
+			return nil, fmt.Sprintf("%s given twice (name each flag once)", name)
+		}
+		if clear {
+			f.Clear |= bit
+		} else {
+			f.Set |= bit
+		}
+	}
+	return f, ""
+}
+
+// ByteRange is an inclusive range of the values of an 8-bit field (ttl); a
+// single value has Lo == Hi.
+type ByteRange struct{ Lo, Hi uint8 }
+
+// Contains reports whether Lo <= v <= Hi.
+func (b ByteRange) Contains(v uint8) bool { return b.Lo <= v && v <= b.Hi }
+
+func (b ByteRange) String() string {
+	if b.Lo == b.Hi {
+		return strconv.Itoa(int(b.Lo))
+	}
+	return strconv.Itoa(int(b.Lo)) + "-" + strconv.Itoa(int(b.Hi))
+}
+
+// parseByteRange parses "N" or "LO-HI" (0-255); want says what is wanted.
+func parseByteRange(s, want string) (*ByteRange, string) {
+	los, his, isRange := strings.Cut(s, "-")
+	lo, ok := parseUint(los, 3)
+	if !ok || lo > 255 {
+		return nil, fmt.Sprintf("%q is not a number 0-255 (want %s)", clipped(los), want)
+	}
+	hi := lo
+	if isRange {
+		if hi, ok = parseUint(his, 3); !ok || hi > 255 {
+			return nil, fmt.Sprintf("%q is not a number 0-255 (want %s)", clipped(his), want)
+		}
+		if lo > hi {
+			return nil, fmt.Sprintf("range is empty (write the lower value first: %d-%d)", hi, lo)
+		}
+	}
+	return &ByteRange{Lo: uint8(lo), Hi: uint8(hi)}, ""
 }
 
 // prefixField is the entry of an address field, src or dst: a prefix,
@@ -270,13 +532,13 @@ func prefixField(name string, at uintptr, rf recPlace, get func(*Rule) *netip.Pr
 // recPlace is where a field is in struct fd_rule_rec: its flag, and the
 // offsets of its prefix length (address fields) and of its value.
 type recPlace struct {
-	flag     uint8
+	flag     uint32
 	len, val int
 }
 
 // portField is the entry of a port field, sport or dport: a port or an
 // inclusive range, of TCP or UDP.
-func portField(name string, at uintptr, rf recPlace, get func(*Rule) **PortRange, port func(*packet) uint16, textPos int) matchField {
+func portField(name string, at uintptr, rf recPlace, fld, dir int, get func(*Rule) **PortRange, port func(*packet) uint16, textPos int) matchField {
 	return matchField{
 		name:     name,
 		examples: []string{"drop udp " + name + " 53", "pass tcp " + name + " 1024-65535", "drop udp " + name + " 0"},
@@ -290,7 +552,7 @@ func portField(name string, at uintptr, rf recPlace, get func(*Rule) **PortRange
 			return ""
 		},
 		at:      at,
-		store:   storeRange,
+		store:   storePtr,
 		text:    func(r *Rule) string { return name + " " + (*get(r)).String() },
 		textPos: textPos,
 		ip:      true,
@@ -310,7 +572,10 @@ func portField(name string, at uintptr, rf recPlace, get func(*Rule) **PortRange
 			}
 			return nil
 		},
-		match:   func(r *Rule, pkt *packet) bool { return pkt.hasPorts && (*get(r)).Contains(port(pkt)) },
+		frames: framesPorts,
+		match:  func(r *Rule, pkt *packet) bool { return pkt.hasPorts && (*get(r)).Contains(port(pkt)) },
+		direct: &directField{fld: fld, off: dir, bits: 16,
+			spans: func(r *Rule, dst []span) []span { p := *get(r); return append(dst, span{int(p.Lo), int(p.Hi)}) }},
 		recFlag: rf.flag,
 		rec:     []recMember{{name + "_lo", rf.val, 2}, {name + "_hi", rf.val + 2, 2}},
 		encode: func(b []byte, r *Rule) {

@@ -4,6 +4,10 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cilium/ebpf/btf"
+
+	"github.com/xdpdrop/xdpdrop/gen"
 )
 
 // TestMatchFields walks the table of match fields: every field parses,
@@ -65,10 +69,58 @@ func TestMatchFields(t *testing.T) {
 			}
 		}
 	}
-	if got, want := wantFieldsText(), "want src, dst, proto, sport, dport, ether, frag, or tcp, udp, icmp, icmpv6"; got != want {
+	if got, want := wantFieldsText(), "want src, dst, proto, sport, dport, ether, frag, ttl, flags, or tcp, udp, icmp, icmpv6"; got != want {
 		t.Errorf("wantFieldsText() = %q, want %q", got, want)
 	}
-	if got, want := ipFieldList(), "src, dst, proto, sport, dport or frag"; got != want {
+	if got, want := ipFieldList(), "src, dst, proto, sport, dport, frag, ttl or flags"; got != want {
 		t.Errorf("ipFieldList() = %q, want %q", got, want)
+	}
+}
+
+// TestDirectFields: the direct fields of matchFields are those of
+// FD_DIRECT_FIELDS in bpf/fastdrop.h, by name, with the same enum fd_field
+// value, table offset and width, as the object's BTF has them.
+func TestDirectFields(t *testing.T) {
+	spec, err := gen.LoadFastdrop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	enum := func(name string) map[string]int {
+		var en *btf.Enum
+		if err := spec.Types.TypeByName(name, &en); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]int{}
+		for _, v := range en.Values {
+			m[v.Name] = int(v.Value)
+		}
+		return m
+	}
+	dirs, flds := enum("fd_direct"), enum("fd_field")
+	seen := map[string]bool{}
+	for i := range matchFields {
+		f := &matchFields[i]
+		d := f.direct
+		if d == nil {
+			continue
+		}
+		name := strings.ToUpper(f.name)
+		seen[name] = true
+		start, ok := dirs["FD_DIR_"+name]
+		end := dirs["FD_DIR_"+name+"_END"]
+		if !ok || start != d.off || end-start+1 != 1<<d.bits {
+			t.Errorf("%s: FD_DIR_%s is %d..%d, the table says %d entries at %d", f.name, name, start, end, 1<<d.bits, d.off)
+		}
+		if v, ok := flds["FD_FLD_"+name]; !ok || v != d.fld {
+			t.Errorf("%s: FD_FLD_%s is %d (%v), the table says %d", f.name, name, v, ok, d.fld)
+		}
+		if directFieldOf(d.fld) != d || d.spans == nil {
+			t.Errorf("%s: directFieldOf(%d) is not its entry, or no spans", f.name, d.fld)
+		}
+	}
+	for n := range dirs {
+		if name, ok := strings.CutPrefix(n, "FD_DIR_"); ok && !strings.HasSuffix(name, "_END") && name != "END" && !seen[name] {
+			t.Errorf("FD_DIRECT_FIELDS has %s, matchFields has no direct field of that name", name)
+		}
 	}
 }

@@ -83,6 +83,8 @@ type packet struct {
 	isIP      bool   // IPv4 or IPv6 (etherType 0x0800 or 0x86dd)
 	src, dst  netip.Addr
 	proto     uint8 // IPv4 protocol or IPv6 final next header
+	ttl       uint8 // IPv4 TTL or IPv6 hop limit
+	tcpFlags  uint8 // TCP header byte 13, when hasPorts and TCP
 	fragment  bool  // non-first fragment (offset != 0)
 	hasPorts  bool  // TCP or UDP and not a non-first fragment
 	sport     uint16
@@ -208,6 +210,7 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 		pkt.src = netip.AddrFrom4([4]byte(ip[12:16]))
 		pkt.dst = netip.AddrFrom4([4]byte(ip[16:20]))
 		pkt.proto = ip[9]
+		pkt.ttl = ip[8]
 		pkt.fragment = be.Uint16(ip[6:8])&0x1fff != 0
 		l4 = off + ihl
 	case EtherTypeIPv6:
@@ -219,6 +222,7 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 			return pkt, false, ext
 		}
 		pkt.isIP = true
+		pkt.ttl = ip[7]
 		pkt.src = netip.AddrFrom16([16]byte(ip[8:24]))
 		pkt.dst = netip.AddrFrom16([16]byte(ip[24:40]))
 		nh := ip[6]
@@ -277,6 +281,9 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 		pkt.hasPorts = true
 		pkt.sport = be.Uint16(b[l4 : l4+2])
 		pkt.dport = be.Uint16(b[l4+2 : l4+4])
+		if pkt.proto == ProtoTCP {
+			pkt.tcpFlags = b[l4+13]
+		}
 	}
 	return pkt, true, ext
 }

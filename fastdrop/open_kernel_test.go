@@ -129,7 +129,7 @@ func TestOpenOtherVersion(t *testing.T) {
 		o.Close()
 		t.Fatal("Open of maps with the old counter layout: no error")
 	}
-	want := "were pinned by another version of xdpdrop (layout 1, this one 1: map fd_counters holds"
+	want := fmt.Sprintf("were pinned by another version of xdpdrop (layout %d, this one %d: map fd_counters holds", layoutVersion, layoutVersion)
 	if !errors.Is(err, ErrOtherLayout) || !strings.Contains(err.Error(), want) || !strings.HasSuffix(err.Error(), "; detach and attach again") {
 		t.Errorf("Open: %v, want ErrOtherLayout, %q and what to do", err, want)
 	}

@@ -205,14 +205,28 @@ func TestParseErrors(t *testing.T) {
 		{"malformed redirect", `rules.txt:1: unknown malformed verdict "redirect" (want pass or drop)`},
 		{"malformed drop\nmalformed drop", `rules.txt:2: malformed given twice (also on line 1; at most one malformed line)`},
 		// Fields.
-		{"drop sprt 80", `rules.txt:1: unknown field "sprt" (want src, dst, proto, sport, dport, ether, frag, or tcp, udp, icmp, icmpv6)`},
-		{"drop 10.0.0.0/8", `rules.txt:1: unknown field "10.0.0.0/8" (want src, dst, proto, sport, dport, ether, frag, or tcp, udp, icmp, icmpv6)`},
+		{"drop sprt 80", `rules.txt:1: unknown field "sprt" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, or tcp, udp, icmp, icmpv6)`},
+		{"drop 10.0.0.0/8", `rules.txt:1: unknown field "10.0.0.0/8" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, or tcp, udp, icmp, icmpv6)`},
 		{"drop src 10.0.0.0/8 src 11.0.0.0/8", `rules.txt:1: src given twice (each field at most once per rule; write two rules to match either)`},
 		{"drop udp dport 1 dport 2", `rules.txt:1: dport given twice (each field at most once per rule; write two rules to match either)`},
 		{"drop tcp sport 1 sport 2", `rules.txt:1: sport given twice (each field at most once per rule; write two rules to match either)`},
 		{"drop dst 10.0.0.1 dst 10.0.0.2", `rules.txt:1: dst given twice (each field at most once per rule; write two rules to match either)`},
 		{"drop ether arp ether lldp", `rules.txt:1: ether given twice (each field at most once per rule; write two rules to match either)`},
 		{"drop frag frag", `rules.txt:1: frag given twice (each field at most once per rule; write two rules to match either)`},
+		{"drop ttl 1 ttl 2", `rules.txt:1: ttl given twice (each field at most once per rule; write two rules to match either)`},
+		{"drop ttl", `rules.txt:1: ttl needs a value (want a TTL or hop limit 0-255, or a range like 0-2)`},
+		{"drop ttl 256", `rules.txt:1: ttl 256: "256" is not a number 0-255 (want a TTL or hop limit 0-255, or a range like 0-2)`},
+		{"drop ttl 3-1", `rules.txt:1: ttl 3-1: range is empty (write the lower value first: 1-3)`},
+		{"drop ttl 1-", `rules.txt:1: ttl 1-: "" is not a number 0-255 (want a TTL or hop limit 0-255, or a range like 0-2)`},
+		{"drop tcp flags", `rules.txt:1: flags needs a value (want flag names fin, syn, rst, psh, ack, urg, ece, cwr separated by commas, each set, or clear with !, as in syn,!ack; or == and the only flags set, as in ==syn or ==none)`},
+		{"drop flags syn", `rules.txt:1: flags needs protocol tcp (write e.g. "tcp flags syn")`},
+		{"drop udp flags syn,!ack", `rules.txt:1: flags needs protocol tcp (write e.g. "tcp flags syn,!ack")`},
+		{"drop tcp flags sin", `rules.txt:1: flags sin: unknown TCP flag "sin" (want flag names fin, syn, rst, psh, ack, urg, ece, cwr separated by commas, each set, or clear with !, as in syn,!ack; or == and the only flags set, as in ==syn or ==none)`},
+		{"drop tcp flags ==syn,!ack", `rules.txt:1: flags ==syn,!ack: ! has no place after == (the flags == does not name are clear): write ==syn, or syn,!ack for some flags set and some clear`},
+		{"drop tcp flags syn,!syn", `rules.txt:1: flags syn,!syn: syn given twice (name each flag once)`},
+		{"drop tcp frag flags syn", `rules.txt:1: frag never matches together with flags: non-first fragments carry no TCP header`},
+		{"drop tcp flags syn flags ack", `rules.txt:1: flags given twice (each field at most once per rule; write two rules to match either)`},
+		{"drop ether arp ttl 1", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl or flags: those need an IPv4 or IPv6 frame`},
 		{"drop tcp udp", `rules.txt:1: protocol given twice ("tcp", then "udp"; each field at most once per rule, write two rules to match either)`},
 		{"drop proto 6 tcp", `rules.txt:1: protocol given twice ("6", then "tcp"; each field at most once per rule, write two rules to match either)`},
 		// Prefixes.
@@ -269,9 +283,9 @@ func TestParseErrors(t *testing.T) {
 		{"drop ether vlan", `rules.txt:1: ether vlan: never matches: VLAN tags are skipped and ether matches the EtherType after them`},
 		{"drop ether 0x8100", `rules.txt:1: ether 0x8100 never matches: VLAN tags are skipped and ether matches the EtherType after them`},
 		{"drop ether 0x88a8", `rules.txt:1: ether 0x88a8 never matches: VLAN tags are skipped and ether matches the EtherType after them`},
-		{"drop ether arp src 10.0.0.0/8", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport or frag: those need an IPv4 or IPv6 frame`},
-		{"drop ether lldp frag", `rules.txt:1: ether lldp never matches a rule with src, dst, proto, sport, dport or frag: those need an IPv4 or IPv6 frame`},
-		{"drop ether 0x88e5 udp", `rules.txt:1: ether 0x88e5 never matches a rule with src, dst, proto, sport, dport or frag: those need an IPv4 or IPv6 frame`},
+		{"drop ether arp src 10.0.0.0/8", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl or flags: those need an IPv4 or IPv6 frame`},
+		{"drop ether lldp frag", `rules.txt:1: ether lldp never matches a rule with src, dst, proto, sport, dport, frag, ttl or flags: those need an IPv4 or IPv6 frame`},
+		{"drop ether 0x88e5 udp", `rules.txt:1: ether 0x88e5 never matches a rule with src, dst, proto, sport, dport, frag, ttl or flags: those need an IPv4 or IPv6 frame`},
 		{"drop ether ipv4 src 2001:db8::/32", `rules.txt:1: ether ipv4 never matches an IPv6 prefix`},
 		{"drop ether ipv6 dst 10.0.0.0/8", `rules.txt:1: ether ipv6 never matches an IPv4 prefix`},
 		// Whole-file checks.
@@ -325,7 +339,7 @@ func TestParseDuplicateOrder(t *testing.T) {
 	}
 	// Errors in single lines come before repeated prefixes.
 	_, err = Parse(strings.NewReader("drop src 10.0.0.0/8\ndrop src 10.0.0.0/8\ndrop bogus\n"), "r")
-	if want := `r:3: unknown field "bogus" (want src, dst, proto, sport, dport, ether, frag, or tcp, udp, icmp, icmpv6)`; err == nil || err.Error() != want {
+	if want := `r:3: unknown field "bogus" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, or tcp, udp, icmp, icmpv6)`; err == nil || err.Error() != want {
 		t.Errorf("got %v, want %s", err, want)
 	}
 	// Same address, different length, and IPv4 vs IPv6 are different prefixes.

@@ -100,8 +100,10 @@ type Rule struct {
 	// EtherType matched against the EtherType after up to two VLAN tags;
 	// 0 = any. E.g. 0x0806 ARP, 0x88cc LLDP, 0x0800 IPv4, 0x86dd IPv6.
 	EtherType uint16
-	Fragment  bool // matches only non-first IP fragments (fragment offset != 0)
-	Line      int  // 1-based line in the rule file, 0 if built in code
+	Fragment  bool       // matches only non-first IP fragments (fragment offset != 0)
+	TTL       *ByteRange // nil = any; the IPv4 TTL or IPv6 hop limit
+	TCPFlags  *TCPFlags  // nil = any; needs HasProto with Proto 6 (tcp)
+	Line      int        // 1-based line in the rule file, 0 if built in code
 }
 
 // IsPrefixOnly reports whether r is "ACTION src PREFIX" and nothing else.
@@ -124,7 +126,7 @@ func (r Rule) IsPrefixOnly() bool {
 // String returns r in canonical rule-file syntax, for example
 // "drop udp src 192.0.2.0/24 dport 11211". Parsing it gives back r (apart
 // from Line). Fields are written in the order of their textPos: ether,
-// proto, src, sport, dst, dport, frag.
+// proto, flags, src, sport, dst, dport, frag, ttl.
 func (r Rule) String() string {
 	var b strings.Builder
 	b.WriteString(r.Action.String())

@@ -61,6 +61,24 @@ type FastdropFdConf struct {
 	CruleH    [64]uint32
 }
 
+type FastdropFdDirect uint32
+
+const (
+	FastdropFdDirectFD_DIR_ETHER     FastdropFdDirect = 0
+	FastdropFdDirectFD_DIR_ETHER_END FastdropFdDirect = 65535
+	FastdropFdDirectFD_DIR_SPORT     FastdropFdDirect = 65536
+	FastdropFdDirectFD_DIR_SPORT_END FastdropFdDirect = 131071
+	FastdropFdDirectFD_DIR_DPORT     FastdropFdDirect = 131072
+	FastdropFdDirectFD_DIR_DPORT_END FastdropFdDirect = 196607
+	FastdropFdDirectFD_DIR_PROTO     FastdropFdDirect = 196608
+	FastdropFdDirectFD_DIR_PROTO_END FastdropFdDirect = 196863
+	FastdropFdDirectFD_DIR_TTL       FastdropFdDirect = 196864
+	FastdropFdDirectFD_DIR_TTL_END   FastdropFdDirect = 197119
+	FastdropFdDirectFD_DIR_FLAGS     FastdropFdDirect = 197120
+	FastdropFdDirectFD_DIR_FLAGS_END FastdropFdDirect = 197375
+	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 197376
+)
+
 type FastdropFdField uint32
 
 const (
@@ -72,7 +90,9 @@ const (
 	FastdropFdFieldFD_FLD_DST4  FastdropFdField = 5
 	FastdropFdFieldFD_FLD_SRC6  FastdropFdField = 6
 	FastdropFdFieldFD_FLD_DST6  FastdropFdField = 7
-	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 8
+	FastdropFdFieldFD_FLD_TTL   FastdropFdField = 8
+	FastdropFdFieldFD_FLD_FLAGS FastdropFdField = 9
+	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 10
 )
 
 type FastdropFdLayout uint32
@@ -81,8 +101,8 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND   FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS       FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS          FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 1
-	FastdropFdLayoutFD_REC_SIZE       FastdropFdLayout = 64
+	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 3
+	FastdropFdLayoutFD_REC_SIZE       FastdropFdLayout = 128
 	FastdropFdLayoutFD_COUNTER_SIZE   FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6ENT_SIZE     FastdropFdLayout = 32
 	FastdropFdLayoutFD_VAL_ACT_SHIFT  FastdropFdLayout = 29
@@ -94,45 +114,37 @@ const (
 	FastdropFdLayoutFD_DIRECT         FastdropFdLayout = 65536
 	FastdropFdLayoutFD_FRONT_PORTS_N  FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N  FastdropFdLayout = 1024
-	FastdropFdLayoutFD_TAB_ETHER      FastdropFdLayout = 0
-	FastdropFdLayoutFD_TAB_SPORT      FastdropFdLayout = 65536
-	FastdropFdLayoutFD_TAB_DPORT      FastdropFdLayout = 131072
-	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 196608
-	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 262144
-	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 327680
-	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 393216
-	FastdropFdLayoutFD_TAB_PROTO      FastdropFdLayout = 458752
-	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 459776
+	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 197376
+	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 262912
+	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 328448
+	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 393984
+	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 459520
 	FastdropFdLayoutFD_TAB_CHUNK      FastdropFdLayout = 256
 	FastdropFdLayoutFD_TAB_CHUNKS     FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2556928
-	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2819072
-	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2820096
+	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2556672
+	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2818816
+	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2819840
 	FastdropFdLayoutFD_TAB_W4L1       FastdropFdLayout = 1048576
 	FastdropFdLayoutFD_TAB_W4CHUNK    FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4917248
+	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4916992
 	FastdropFdLayoutFD_TAB_W4CHUNKS   FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5441536
+	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5441280
 	FastdropFdLayoutFD_TAB_EXT        FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD       FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 8192
+	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 10240
 	FastdropFdLayoutFD_BM_FRONTS      FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 12288
-	FastdropFdLayoutFD_B64ETHER       FastdropFdLayout = 0
-	FastdropFdLayoutFD_B64SPORT       FastdropFdLayout = 65536
-	FastdropFdLayoutFD_B64DPORT       FastdropFdLayout = 131072
-	FastdropFdLayoutFD_B64PROTO       FastdropFdLayout = 196608
-	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 197120
-	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 198144
-	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 199168
-	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 200192
-	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 201216
-	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 463360
-	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 464384
+	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 14336
+	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 197376
+	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 198400
+	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 199424
+	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 200448
+	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 201472
+	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 463616
+	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 464640
 	FastdropFdLayoutFD_CLS_TAB        FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10883072
-	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11276288
-	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 14991360
+	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10882560
+	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11341312
+	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 15058432
 	FastdropFdLayoutFD_V4TBL24        FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX   FastdropFdLayout = 11
@@ -140,8 +152,8 @@ const (
 	FastdropFdLayoutFD_MAIN_STAMP     FastdropFdLayout = 64
 	FastdropFdLayoutFD_MAIN_HALF      FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 14995456
-	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82104320
+	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 15062528
+	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82171392
 	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
@@ -158,27 +170,36 @@ const (
 	FastdropFdRecFlagsFD_REC_SPORT FastdropFdRecFlags = 8
 	FastdropFdRecFlagsFD_REC_DPORT FastdropFdRecFlags = 16
 	FastdropFdRecFlagsFD_REC_FRAG  FastdropFdRecFlags = 32
+	FastdropFdRecFlagsFD_REC_TTL   FastdropFdRecFlags = 64
+	FastdropFdRecFlagsFD_REC_FLAGS FastdropFdRecFlags = 128
 )
 
 type FastdropFdRuleRec struct {
 	_          structs.HostLayout
 	Action     uint8
-	Flags      uint8
-	Proto      uint8
+	Family     uint8
 	SrcLen     uint8
 	DstLen     uint8
-	Family     uint8
-	Ether      uint16
-	SportLo    uint16
-	SportHi    uint16
-	DportLo    uint16
-	DportHi    uint16
+	Flags      uint32
 	Line       uint32
 	Order      uint32
 	GenAdded   uint32
 	GenRemoved uint32
 	Src        [16]uint8
 	Dst        [16]uint8
+	Ether      uint16
+	SportLo    uint16
+	SportHi    uint16
+	DportLo    uint16
+	DportHi    uint16
+	Proto      uint8
+	TtlLo      uint8
+	TtlHi      uint8
+	TcpSet     uint8
+	TcpClear   uint8
+	TcpExact   uint8
+	Match      [24]uint8
+	Reserved   [32]uint8
 }
 
 type FastdropFdStamp struct {

@@ -34,22 +34,29 @@ type LpmtrieFdLpm6Key struct {
 type LpmtrieFdRuleRec struct {
 	_          structs.HostLayout
 	Action     uint8
-	Flags      uint8
-	Proto      uint8
+	Family     uint8
 	SrcLen     uint8
 	DstLen     uint8
-	Family     uint8
-	Ether      uint16
-	SportLo    uint16
-	SportHi    uint16
-	DportLo    uint16
-	DportHi    uint16
+	Flags      uint32
 	Line       uint32
 	Order      uint32
 	GenAdded   uint32
 	GenRemoved uint32
 	Src        [16]uint8
 	Dst        [16]uint8
+	Ether      uint16
+	SportLo    uint16
+	SportHi    uint16
+	DportLo    uint16
+	DportHi    uint16
+	Proto      uint8
+	TtlLo      uint8
+	TtlHi      uint8
+	TcpSet     uint8
+	TcpClear   uint8
+	TcpExact   uint8
+	Match      [24]uint8
+	Reserved   [32]uint8
 }
 
 type LpmtrieFdV4Sparse struct {
