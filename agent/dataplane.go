@@ -4,13 +4,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/xdpdrop/xdpdrop/dropctl"
 	"github.com/xdpdrop/xdpdrop/fastdrop"
 	"github.com/xdpdrop/xdpdrop/loader"
 )
-
-// programFastdrop is the Config["program"] of fast-drop attachments, as
-// `xdpdrop drop` writes it; the agent adopts such attachments.
-const programFastdrop = "fastdrop"
 
 // dataplane puts a whole rule set in force on an interface, atomically.
 // The kernel one is kernelPlane; tests of the reconcile logic use a fake.
@@ -40,63 +37,30 @@ func (k *kernelPlane) apply(ic InterfaceConfig, rs *fastdrop.RuleSet) (_ applied
 		return applied{}, err
 	}
 	defer lk.Unlock()
-	att, err := loader.Open(ic.Name, k.pinRoot)
+	att, eng, err := dropctl.Open(ic.Name, k.pinRoot)
 	if errors.Is(err, loader.ErrStale) {
 		if _, _, rerr := loader.RemoveStalePins(ic.Name, k.pinRoot); rerr != nil {
 			return applied{}, rerr
 		}
-		att, err = loader.Open(ic.Name, k.pinRoot)
+		att, eng, err = dropctl.Open(ic.Name, k.pinRoot)
 	}
 	switch {
 	case err == nil:
 		defer att.Close()
-		if p := att.Meta().Config["program"]; p != programFastdrop {
-			return applied{}, fmt.Errorf("%s runs xdpdrop's %q program, not fast drop: detach it first ('xdpdrop detach --iface %s')", ic.Name, p, ic.Name)
-		}
-		eng, err := fastdrop.Open(att.MapsDir())
-		if err != nil {
-			return applied{}, err
-		}
-		err = eng.Apply(rs)
-		if !errors.Is(err, fastdrop.ErrCapacity) {
-			eng.Close()
-			return applied{Mode: att.Mode().String()}, err
-		}
-		eng.Close()
-		neng, err := fastdrop.New(fastdrop.CapacityFor(rs, 2))
-		if err != nil {
-			return applied{}, err
-		}
-		defer neng.Close()
-		if err := neng.Apply(rs); err != nil {
-			return applied{}, err
-		}
-		if err := att.ReplaceWithMaps(neng.Program(), neng.Maps()); err != nil {
-			return applied{}, err
-		}
-		return applied{Mode: att.Mode().String(), Reloaded: true}, nil
+		defer eng.Close()
+		reloaded, err := dropctl.ReloadIfFull(att, eng, eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
+		return applied{Mode: att.Mode().String(), Reloaded: reloaded}, err
 	case !errors.Is(err, loader.ErrNotPinned):
 		return applied{}, err
 	}
 	mode, _ := loader.ParseMode(ic.Mode) // checked with the config
-	// Room for FlowSpec rules to come: at least the whole compound table.
-	opts := fastdrop.CapacityFor(rs, 2)
-	eng, err := fastdrop.New(opts)
-	if err != nil {
-		return applied{}, err
-	}
-	defer eng.Close()
-	if err := eng.Apply(rs); err != nil {
-		return applied{}, err
-	}
-	att, err = loader.Attach(eng.Program(), loader.Options{
+	att, err = dropctl.Attach(rs, loader.Options{
 		Interface: ic.Name,
 		Mode:      mode,
 		Pin:       true,
 		PinRoot:   k.pinRoot,
-		Maps:      eng.Maps(),
 		Force:     ic.Force,
-		Config:    map[string]string{"program": programFastdrop, "requested_mode": mode.String(), "by": "agent"},
+		Config:    map[string]string{"by": "agent"},
 	})
 	if err != nil {
 		if errors.Is(err, loader.ErrForeign) || errors.Is(err, loader.ErrAlreadyAttached) {
