@@ -219,9 +219,12 @@ func TestKubernetesDaemonSet(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	require.NotEmpty(t, cfg.Status.File)
-	_, ok = mounts[filepath.Dir(cfg.Status.File)]
-	require.True(t, ok, "the status file %s is on a writable mount", cfg.Status.File)
+	require.Equal(t, agent.DefaultStatusFile, cfg.Status.File, "where xdpdrop status looks for it")
+	run, ok := mounts[filepath.Dir(cfg.Status.File)]
+	require.True(t, ok, "the status file %s is on a mount", cfg.Status.File)
+	require.False(t, run.ReadOnly)
+	require.NotNil(t, vols[run.Name].HostPath, "the node's: xdpdrop status on the node reads it")
+	require.Equal(t, filepath.Dir(agent.DefaultStatusFile), vols[run.Name].HostPath.Path)
 
 	// Readiness: /healthz on the agent's status listener.
 	host, port, err := net.SplitHostPort(cfg.Status.Listen)

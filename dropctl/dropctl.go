@@ -23,19 +23,38 @@ const headroom = 2
 // pinned there, and loader.ErrStale for pins of an interface that went
 // away (loader.RemoveStalePins removes them).
 func Open(iface, pinRoot string) (*loader.Attachment, *fastdrop.Engine, error) {
-	att, err := loader.Open(iface, pinRoot)
+	att, err := OpenAttachment(iface, pinRoot)
 	if err != nil {
 		return nil, nil, err
 	}
-	if p := att.Meta().Config["program"]; p != Program {
-		att.Close()
-		return nil, nil, fmt.Errorf("%s runs xdpdrop's %q program, not fast drop: detach it first ('xdpdrop detach --iface %s')", iface, p, iface)
-	}
-	eng, err := fastdrop.Open(att.MapsDir())
+	eng, err := OpenEngine(att)
 	if err != nil {
-		return nil, nil, errors.Join(OtherLayoutAdvice(err, iface), att.Close())
+		return nil, nil, errors.Join(err, att.Close())
 	}
 	return att, eng, nil
+}
+
+// OpenAttachment is the attachment half of Open: the pins, checked to be
+// fast drop's, without the engine.
+func OpenAttachment(iface, pinRoot string) (*loader.Attachment, error) {
+	att, err := loader.Open(iface, pinRoot)
+	if err != nil {
+		return nil, err
+	}
+	if p := att.Meta().Config["program"]; p != Program {
+		att.Close()
+		return nil, fmt.Errorf("%s runs xdpdrop's %q program, not fast drop: detach it first ('xdpdrop detach --iface %s')", iface, p, iface)
+	}
+	return att, nil
+}
+
+// OpenEngine opens the engine of a fast-drop attachment's pinned maps.
+func OpenEngine(att *loader.Attachment) (*fastdrop.Engine, error) {
+	eng, err := fastdrop.Open(att.MapsDir())
+	if err != nil {
+		return nil, OtherLayoutAdvice(err, att.Interface())
+	}
+	return eng, nil
 }
 
 // OtherLayoutAdvice names the commands that replace pins of another

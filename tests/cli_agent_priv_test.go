@@ -124,6 +124,53 @@ bgp:
 	rule, ok := st.rule("drop udp dport 7001")
 	require.True(t, ok, r.stdout)
 	require.Equal(t, uint64(10), rule.Packets)
+
+	// xdpdrop status shows the agent's state from its status file.
+	r = cliCaps(t, nil, "status", "--iface", v.Name, "--pin-root", pins, "--agent-status", status, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var rows []struct {
+		Interface string `json:"interface"`
+		Rules     *int   `json:"rules"`
+		Agent     *struct {
+			StatusFile string `json:"status_file"`
+			Ready      bool   `json:"ready"`
+			InForce    bool   `json:"in_force"`
+			FileRules  int    `json:"file_rules"`
+			BGPRules   int    `json:"bgp_rules"`
+			BGP        *struct {
+				Received  int `json:"routes_received"`
+				Neighbors []struct {
+					Address string `json:"address"`
+					AS      uint32 `json:"as"`
+					State   string `json:"state"`
+					Up      bool   `json:"up"`
+				} `json:"neighbors"`
+			} `json:"bgp"`
+		} `json:"agent"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rows), r.stdout)
+	require.Len(t, rows, 1)
+	ag := rows[0].Agent
+	require.NotNil(t, ag, r.stdout)
+	require.Equal(t, status, ag.StatusFile)
+	require.True(t, ag.Ready && ag.InForce)
+	require.Equal(t, 1, ag.FileRules)
+	require.Equal(t, 0, ag.BGPRules)
+	require.NotNil(t, ag.BGP)
+	require.Len(t, ag.BGP.Neighbors, 1)
+	require.Equal(t, "127.0.0.3", ag.BGP.Neighbors[0].Address)
+	require.Equal(t, uint32(65000), ag.BGP.Neighbors[0].AS)
+	require.False(t, ag.BGP.Neighbors[0].Up)
+	require.NotEmpty(t, ag.BGP.Neighbors[0].State)
+	r = cliCaps(t, nil, "status", "--iface", v.Name, "--pin-root", pins, "--agent-status", status)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "agent ("+status+", written ")
+	require.Contains(t, r.stdout, v.Name+": 1 file rules, 0 bgp rules in force")
+	require.Contains(t, r.stdout, "bgp: AS 65001, router id 127.0.0.1; routes received 0, accepted 0, refused 0, stale 0")
+	require.Regexp(t, `127\.0\.0\.3\s+65000\s+`+ag.BGP.Neighbors[0].State+`\s`, r.stdout)
+	r = cliCaps(t, nil, "status", "--iface", v.Name, "--pin-root", pins, "--agent-status", filepath.Join(dir, "none.json"))
+	requireOneLineError(t, r, 1, "read the agent's status")
+
 	require.NoError(t, cmd.Process.Kill())
 	_ = cmd.Wait()
 
