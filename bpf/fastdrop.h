@@ -5,7 +5,10 @@
  * in front of AF_XDP sockets) can include it and act on fd_match()'s result.
  *
  * Evaluation order (docs/RULES.md): malformed -> compound rules (first
- * match in file order) -> longest source prefix -> default policy.
+ * match in rule-set order) -> longest source prefix -> late compound rules
+ * (the redirect command's, fd_conf.late_from) -> default policy. A
+ * frame whose action is redirect goes to the AF_XDP socket of its rx
+ * queue in fd_xsks (fd_xdp_verdict), or to the stack if none is bound.
  *
  * Every table exists twice ("halves"), or, for the IPv4 group pools, is
  * shared by the halves and changed copy-on-write. Packets read
@@ -25,6 +28,9 @@ enum fd_action {
 	FD_ACT_DROP = 1,
 	FD_ACT_PASS = 2,
 	FD_ACT_REDIRECT = 3,
+	/* Compound rules only: police the frame (struct fd_police), then
+	 * pass what conforms and drop the excess. */
+	FD_ACT_LIMIT = 4,
 };
 
 /* Which stage decided (fastdrop.ResultClass in Go). */
@@ -33,6 +39,7 @@ enum fd_class {
 	FD_CLASS_COMPOUND = 2,
 	FD_CLASS_PREFIX = 3,
 	FD_CLASS_DEFAULT = 4,
+	FD_CLASS_BAN = 5, /* the source is banned (fd_bans) */
 };
 
 /* Compound-rule fields that have lookup tables. */
@@ -47,7 +54,8 @@ enum fd_field {
 	FD_FLD_DST6 = 7,
 	FD_FLD_TTL = 8,
 	FD_FLD_FLAGS = 9,
-	FD_FLD_MAX = 10,
+	FD_FLD_QUEUE = 10,
+	FD_FLD_MAX = 11,
 };
 
 /* The direct fields: compound-rule fields whose value in a frame (8 or 16
@@ -60,7 +68,9 @@ enum fd_field {
  *          frame reads first (fd_front_ports, fd_front_proto); ether is
  *          read by name for frames that are not IP;
  *   PORTS  TCP and UDP frames that are not non-first fragments;
- *   IP     every IPv4 and IPv6 frame.
+ *   IP     every IPv4 and IPv6 frame;
+ *   ANY    every frame (queue: the rx queue, FD_QUEUES for the queues
+ *          above, which no rule's range holds).
  * The classifiers (fd_compound, fd_compound64) read the PORTS and IP
  * fields generically, in this order. Each has the entry of the same name
  * in fastdrop/fields.go's matchFields (its direct member: fd_field, FD_DIR_
@@ -73,7 +83,8 @@ enum fd_field {
 	X(DPORT, dport, 16, FRONT)     \
 	X(PROTO, proto, 8, FRONT)      \
 	X(TTL, ttl, 8, IP)             \
-	X(FLAGS, tcpflags, 8, PORTS)
+	X(FLAGS, tcpflags, 8, PORTS)    \
+	X(QUEUE, queue, 9, ANY)
 
 /* The direct tables' offsets: each table's first entry, then its last
  * (FD_DIR_<NAME>_END), so that the next starts right after it; FD_DIR_END
@@ -99,16 +110,22 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 3,
+	FD_LAYOUT_VERSION = 5,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 128,    /* struct fd_rule_rec */
+	FD_ORIGIN_LEN = 16,   /* fd_rule_rec.origin */
 	FD_COUNTER_SIZE = 16, /* struct counter */
 	FD_V6_ENT_SIZE = 32,  /* struct fd_v6_ent */
 
 	/* A match result ("val"), also the entry of the prefix tables:
-	 * action in bits 29-30, counter slot in bits 0-28; 0 = no match.
-	 * In DIR-24-8 tables bit 31 set means "the rest is a tbl8 group". */
+	 * action in bits 29-31, counter slot in bits 0-28; 0 = no match.
+	 * In DIR-24-8 tables bit 31 set means "the rest is a tbl8 group":
+	 * prefix rules only drop or pass (action 1 or 2), so only a compound
+	 * rule's val (fd_conf.crule) has action FD_ACT_LIMIT (bit 31), and
+	 * then bits 0-28 are not its counter slot but its police entry
+	 * (fd_police); fd_decide resolves it into a val of drop or pass with
+	 * the rule's slot, so everything after it sees the old encoding. */
 	FD_VAL_ACT_SHIFT = 29,
 	FD_VAL_SLOT_MASK = (1 << FD_VAL_ACT_SHIFT) - 1,
 
@@ -121,7 +138,21 @@ enum fd_layout {
 	FD_SLOT_MALFORMED = 0,                     /* + action */
 	FD_SLOT_DEFAULT = FD_SLOT_MALFORMED + 4,   /* + action */
 	FD_SLOT_RETIRED = FD_SLOT_DEFAULT + 4,     /* + action; never written by the program */
+	/* Frames dropped because their source was banned (fd_bans). */
+	FD_SLOT_BANNED = FD_SLOT_RETIRED + 5,
 	FD_SLOT_RULES = 16,
+
+	/* Policing (limit rules): fd_police entries (entry 0 is not a rule:
+	 * its tat is the test clock, see fd_test_clock), their per-CPU
+	 * counters, and the fixed-point units of the buckets: time in
+	 * 1/16 ns (2^64 of them is 36 years of uptime), a byte's cost in
+	 * 2^-16 of that. */
+	FD_POLICE_MAX = 1024,
+	FD_POLICE_SIZE = 64,  /* struct fd_police */
+	FD_PCNT_SIZE = 32,    /* struct fd_pcnt */
+	FD_POL_TIME_SHIFT = 4,
+	FD_POL_BYTE_SHIFT = 16,
+	FD_BAN_LENS = 4,      /* distinct ban prefix lengths per family */
 
 	/* Entries of a direct table indexed by a 16-bit value (ports, ether,
 	 * the first 16 bits of an address). */
@@ -129,6 +160,10 @@ enum fd_layout {
 	/* Entries of the front tables (see fd_front_ports, fd_front_proto). */
 	FD_FRONT_PORTS_N = 4 * FD_DIRECT, /* (IPv6, UDP) x dport */
 	FD_FRONT_PROTO_N = 4 * 256,       /* (IPv6, non-first fragment) x proto */
+	/* rx queues: a rule names queues 0 to FD_QUEUES - 1 (the XSKMAP has
+	 * a slot for each); a frame of a higher queue is indexed as
+	 * FD_QUEUES, which no queue range holds. */
+	FD_QUEUES = 256,
 
 	/* fd_cls_half.tab: u16 class ids, FD_TAB_HALF per half. The direct
 	 * tables (FD_DIR_*), then the first 16 bits of each address field,
@@ -218,7 +253,9 @@ enum fd_layout {
 _Static_assert(FD_BM_WORDS * 64 == FD_MAX_COMPOUND, "one bitmap bit per compound rule");
 _Static_assert(FD_SLOT_RETIRED + 4 <= FD_SLOT_RULES, "the slots by action come before the rules'");
 _Static_assert(FD_SLOT_RULES - 1 <= FD_VAL_SLOT_MASK, "a slot fits a val");
-_Static_assert(FD_ACT_REDIRECT <= 3, "an action fits the two action bits of a val");
+_Static_assert(FD_ACT_LIMIT <= 7, "an action fits the three action bits of a val");
+_Static_assert(FD_POLICE_MAX - 1 <= FD_VAL_SLOT_MASK, "a police entry fits a val");
+_Static_assert(FD_SLOT_BANNED < FD_SLOT_RULES && FD_SLOT_BANNED != FD_SLOT_RETIRED + FD_ACT_LIMIT, "the banned slot");
 /* fd_cls_half.tab */
 #define FD_X_FITS(NAME, MEMBER, BITS, WHEN)                                                  \
 	_Static_assert(FD_DIR_##NAME##_END - FD_DIR_##NAME + 1 == 1 << (BITS), #NAME ": one entry per value"); \
@@ -235,6 +272,7 @@ _Static_assert(FD_TAB_W4L1 == 1 << 20 && FD_TAB_W4CHUNK == 1 << 12, "W4 tries: 2
 _Static_assert(FD_TAB_W4POOL - FD_TAB_W4 >= 2 * FD_TAB_W4L1, "two first levels (source, destination)");
 _Static_assert(FD_POW2(FD_TAB_W4CHUNKS) && FD_TAB_W4CHUNKS <= FD_TAB_EXT, "W4 chunks: masked, and a u16 entry names one");
 _Static_assert(FD_TAB_HALF - FD_TAB_W4POOL >= FD_TAB_W4CHUNKS * FD_TAB_W4CHUNK, "W4 chunks");
+_Static_assert(FD_QUEUES < 1 << 9, "queue: 9 bits hold the queues and FD_QUEUES");
 /* fd_cls_half.bm */
 _Static_assert(FD_POW2(FD_BM_FIELD) && FD_BM_FIELD <= FD_TAB_EXT, "field classes: masked, below the chunk bit");
 _Static_assert(FD_BM_FRONT >= FD_FLD_MAX * FD_BM_FIELD, "the fields' bitmaps");
@@ -313,6 +351,17 @@ struct fd_conf {
 	/* With at most 64 compound rules, the same by fd_ctz_hash of the
 	 * rule's bit: a match's val is one read after its bitmap. */
 	__u32 crule_h[64];
+	/* Compound rules from this position on are late: a frame they match
+	 * is looked up in the prefix rules first, and a prefix rule that
+	 * matches wins (the redirect command's rules come after every rule
+	 * of the drop command, its prefix rules too). ncompound when none. */
+	__u32 late_from;
+	/* Bans are looked up before the rules when the frame's family has
+	 * any: the prefix lengths bans are keyed by, one per byte (lowest
+	 * first, 0 ends the list). User space lists those of its limit
+	 * rules and of the bans that outlive them. */
+	__u32 ban4;
+	__u32 ban6;
 };
 
 /* One half of the compound-rule tables. */
@@ -371,17 +420,92 @@ struct fd_rule_rec {
 	__u8 tcp_set;   /* flags: bits that must be set */
 	__u8 tcp_clear; /* flags: bits that must be clear */
 	__u8 tcp_exact; /* flags: 1 for ==, the byte is exactly tcp_set */
+	__u16 queue_lo;
+	__u16 queue_hi;
 	/* Room for the values of match fields to come (FlowSpec's, issue
-	 * 20): match fields take their bytes from here, top down. */
-	__u8 match[24];
-	/* For origin / sample / limit parameters: other features take their
-	 * bytes from here (and shrink it), never from the match fields'. */
-	__u8 reserved[32];
+	 * 20): match fields take their bytes from here. */
+	__u8 match[4];
+	/* Where the rule came from (fastdrop.Rule.Origin): a name of at most
+	 * FD_ORIGIN_LEN bytes, NUL-padded; all NUL for the default origin. */
+	char origin[FD_ORIGIN_LEN];
+	/* Limit rules (action FD_ACT_LIMIT); the police entry's epoch is
+	 * gen_added. */
+	__u64 lim_rate;   /* per second: packets, bits or bytes (lim_flags) */
+	__u32 lim_burst;  /* packets or bytes; 0 = the default */
+	__u32 lim_ban_ms; /* 0 = no ban */
+	__u16 lim_police; /* its fd_police entry */
+	__u8 lim_flags;   /* FD_LIM_* */
+	__u8 lim_len4;    /* per src/N: the IPv4 prefix length */
+	__u8 lim_len6;
+	__u8 lim_pad[3];
+	/* For sample parameters: other features take their bytes from here
+	 * (and shrink it), never from the match fields'. A record of 128
+	 * bytes has no more room: the next feature grows FD_REC_SIZE. */
+	__u8 reserved[8];
 };
 
 _Static_assert(sizeof(struct fd_rule_rec) == FD_REC_SIZE, "fd_rule_rec size");
-_Static_assert(__builtin_offsetof(struct fd_rule_rec, reserved) + 24 <= FD_REC_SIZE,
-	       "at least 24 bytes reserved for the features after the match fields");
+
+/* fd_rule_rec.lim_flags and fd_police.flags. */
+enum fd_lim_flags {
+	FD_LIM_BYTES = 1,  /* the rate is of bytes (else packets) */
+	FD_LIM_BITS = 2,   /* written in bits (the record only) */
+	FD_LIM_PERSRC = 4, /* a bucket per source prefix */
+};
+
+/* A limit rule's policer, by the number in its val (fd_conf.crule).
+ * A generic cell rate algorithm (GCRA): the token bucket as a single
+ * time, tat, at which the bucket would be full again; a frame that costs
+ * c conforms if max(tat, now) + c <= now + burst, and then moves tat by
+ * c. A bucket is one word that every CPU updates with atomics (shared,
+ * so the limit holds for the aggregate whatever CPU its frames come to);
+ * frames that exceed only read it. User space writes an entry before any
+ * val names it and never while one does, but for tat (a new bucket). */
+struct fd_police {
+	__u64 tat;    /* the aggregate bucket (1/16 ns) */
+	__u64 cost;   /* of a packet (1/16 ns), or a byte's << 16 with FD_LIM_BYTES */
+	__u64 burst;  /* the bucket's depth (1/16 ns) */
+	__u64 ban_ns; /* 0 = no ban */
+	__u32 slot;   /* the rule's counter slot */
+	__u32 epoch;  /* keys its per-source buckets (new for each rule) */
+	__u8 flags;   /* FD_LIM_* */
+	__u8 len4;    /* per src/N */
+	__u8 len6;
+	__u8 pad[5];
+	__u64 pad2[2];
+};
+
+_Static_assert(sizeof(struct fd_police) == FD_POLICE_SIZE, "fd_police size");
+
+/* Per CPU and police entry: what exceeded (what conformed is the rest of
+ * the rule's counter slot), bans made, per-source buckets made. Entry 0
+ * holds what rules since removed counted (user space adds them up). */
+struct fd_pcnt {
+	__u64 exceed_packets;
+	__u64 exceed_bytes;
+	__u64 bans;
+	__u64 sources;
+};
+
+_Static_assert(sizeof(struct fd_pcnt) == FD_PCNT_SIZE, "fd_pcnt size");
+
+/* Key of a per-source bucket (fd_pol_src) and of a ban (fd_bans): the
+ * source masked to the rule's length (IPv4 in host order in hi, IPv6 as
+ * in the packet). */
+struct fd_src_key {
+	__u32 id;    /* buckets: police entry | family << 16; bans: family << 8 | length */
+	__u32 epoch; /* buckets: fd_police.epoch; bans: 0 */
+	__u64 hi;
+	__u64 lo;
+};
+
+struct fd_ban {
+	__u64 until;   /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) at which it ends */
+	__u64 since;   /* when it was made */
+	__u64 dropped; /* frames dropped by it */
+	__u32 slot;    /* the counter slot of the rule that made it */
+	__u32 epoch;   /* that rule's fd_police.epoch */
+};
 
 enum fd_rec_flags {
 	FD_REC_SRC = 1,
@@ -392,6 +516,7 @@ enum fd_rec_flags {
 	FD_REC_FRAG = 32,
 	FD_REC_TTL = 64,
 	FD_REC_FLAGS = 128,
+	FD_REC_QUEUE = 256,
 };
 
 /* What xdp_fastdrop_trace prepends to the frame in a test run. */
@@ -419,6 +544,7 @@ struct fd_pkt {
 	__u8 nonfirst; /* a fragment with offset != 0 */
 	__u8 has_ports;
 	__u8 kind; /* family (0, 4 or 8) | nonfirst << 1 | has_ports */
+	__u16 queue; /* rx queue, FD_QUEUES for the queues above */
 };
 
 FD_DIRECT_FIELDS(FD_X_FITS)
@@ -534,6 +660,73 @@ struct {
 /* Counter slots per CPU (in each value of fd_counters). */
 volatile const __u32 fd_counter_slots = 1024;
 
+/* AF_XDP sockets by rx queue: a frame whose action is redirect goes to
+ * the socket of its queue, or to the stack when the slot is empty. */
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, FD_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} fd_xsks SEC(".maps");
+
+/* What became of the frames a redirect rule (or policy) chose, by rx
+ * queue: key queue * FD_XSK_VERDICTS + enum fd_xsk_verdict; the queues
+ * from FD_QUEUES up share the slots of FD_QUEUES. Only those frames pay
+ * for it. */
+enum fd_xsk_verdict {
+	FD_XSK_REDIRECTED = 0, /* handed to the queue's socket */
+	FD_XSK_NO_SOCKET = 1,  /* no socket on the queue: to the stack */
+	FD_XSK_VERDICTS = 2,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, (FD_QUEUES + 1) * FD_XSK_VERDICTS);
+	__type(key, __u32);
+	__type(value, struct counter);
+} fd_xsk_counters SEC(".maps");
+/* The policers of limit rules, by the number in their vals. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fd_police);
+	__uint(max_entries, FD_POLICE_MAX);
+} fd_policers SEC(".maps");
+
+/* Their counters: one value per possible CPU (set from Go at load), each
+ * FD_POLICE_MAX struct fd_pcnt, as fd_counters. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(key_size, 4);
+	__uint(value_size, FD_POLICE_MAX * FD_PCNT_SIZE);
+	__uint(max_entries, 2);
+} fd_pol_cnt SEC(".maps");
+
+/* Per-source buckets (a tat each) of limit rules with per src: a fixed
+ * number (set from Go at load), the least recently used evicted, so a
+ * flood of spoofed sources cannot grow it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct fd_src_key);
+	__type(value, __u64);
+	__uint(max_entries, 65536);
+} fd_pol_src SEC(".maps");
+
+/* Bans: checked before the rules, ended by their time (or by user space,
+ * xdpdrop unban); kept across rule changes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct fd_src_key);
+	__type(value, struct fd_ban);
+	__uint(max_entries, 16384);
+} fd_bans SEC(".maps");
+
+/* Test runs (set from Go at load): the clock is fd_policers[0].tat, in ns,
+ * so that tests say what time it is. Off, the verifier removes the test. */
+volatile const __u32 fd_test_clock = 0;
+
 /* Never read: it makes the types user space needs (and nothing above
  * references) part of the BTF, so bpf2go exports them to Go. */
 volatile const struct {
@@ -542,12 +735,16 @@ volatile const struct {
 	enum fd_direct direct;
 	enum fd_layout layout;
 	enum fd_rec_flags rec_flags;
+	enum fd_xsk_verdict xsk_verdict;
 	struct fd_trace_rec trace;
 	struct fd_v6_ent v6;
 	struct fd_state state;
 	struct fd_stamp stamp;
 	struct fd_conf conf;
 	struct counter counter;
+	enum fd_lim_flags lim_flags;
+	struct fd_pcnt pcnt;
+	struct fd_ban ban;
 } fd_btf_anchor = {};
 
 /* ---- compound rules: bit-vector classifier ---- */
@@ -675,9 +872,11 @@ static __always_inline __u32 fd_front_proto(const struct fd_pkt *p)
 #define FD_AFTER_FRONT 0
 #define FD_AFTER_PORTS 1
 #define FD_AFTER_IP 1
+#define FD_AFTER_ANY 1
 #define FD_HAS_FRONT(p) 0
 #define FD_HAS_PORTS(p) ((p)->has_ports)
 #define FD_HAS_IP(p) 1
+#define FD_HAS_ANY(p) 1
 /* The direct fields read after the front table, as fd_conf.fields bits. */
 #define FD_X_AFTER(NAME, MEMBER, BITS, WHEN) | (FD_AFTER_##WHEN << FD_FLD_##NAME)
 #define FD_FLD_DIR_AFTER (0 FD_DIRECT_FIELDS(FD_X_AFTER))
@@ -698,6 +897,20 @@ static __always_inline __u32 fd_front_proto(const struct fd_pkt *p)
 		if (!acc)                                                              \
 			return -1;                                                     \
 	}
+/* The same for a frame that is not IP: only the fields every frame has
+ * (ANY; ether is read by name). */
+#define FD_NONIP_FRONT 0
+#define FD_NONIP_PORTS 0
+#define FD_NONIP_IP 0
+#define FD_NONIP_ANY 1
+#define FD_X_AND_NONIP(NAME, MEMBER, BITS, WHEN)                                              \
+	if (FD_NONIP_##WHEN && (fields & (1 << FD_FLD_##NAME))) {                              \
+		if (!fd_bm_and(&acc, t, FD_FLD_##NAME, t->tab[FD_DIR_##NAME + FD_DIR_VAL(p, MEMBER, BITS)])) \
+			return -1;                                                             \
+	}
+#define FD_X_AND64_NONIP(NAME, MEMBER, BITS, WHEN)                    \
+	if (FD_NONIP_##WHEN && (fields & (1 << FD_FLD_##NAME)))         \
+		acc &= t->b64[FD_DIR_##NAME + FD_DIR_VAL(p, MEMBER, BITS)];
 
 /* fd_compound returns the position of the first compound rule that
  * matches p, or -1. Each field used by some rule maps the frame's value to
@@ -721,12 +934,13 @@ static __always_inline int fd_compound(const struct fd_conf *c, const struct fd_
 		return -1;
 	fields = c->fields;
 	if (!p->family) {
-		/* Not IP: only the EtherType. */
+		/* Not IP: only the EtherType and the queue. */
 		acc = c->kind[0];
 		if (fields & (1 << FD_FLD_ETHER)) {
 			if (!fd_bm_and(&acc, t, FD_FLD_ETHER, t->tab[FD_DIR_ETHER + p->ethertype]))
 				return -1;
 		}
+		FD_DIRECT_FIELDS(FD_X_AND_NONIP)
 		return fd_bm_first(&acc);
 	}
 	if (p->has_ports)
@@ -805,10 +1019,11 @@ static __always_inline int fd_compound64(const struct fd_conf *c, const struct f
 	} else if (p->family) {
 		acc = t->b64[FD_B64_FRONT + fd_front_proto(p)];
 	} else {
-		/* Not IP: only the EtherType. */
+		/* Not IP: only the EtherType and the queue. */
 		acc = c->kind[0].w[0];
 		if (fields & (1 << FD_FLD_ETHER))
 			acc &= t->b64[FD_DIR_ETHER + p->ethertype];
+		FD_DIRECT_FIELDS(FD_X_AND64_NONIP)
 		return acc ? fd_ctz_hash(acc) : -1;
 	}
 	if (!acc)
@@ -982,6 +1197,147 @@ __noinline __u32 fd_v6_lookup(const struct fd_conf *c, __u64 hi, __u64 lo)
 	return best;
 }
 
+/* ---- policing: limit rules and bans ---- */
+
+/* The time in ns (CLOCK_MONOTONIC), or the test clock. */
+static __always_inline __u64 fd_now_ns(void)
+{
+	if (fd_test_clock) {
+		__u32 zero = 0;
+		struct fd_police *pe = bpf_map_lookup_elem(&fd_policers, &zero);
+
+		return pe ? pe->tat : 0;
+	}
+	return bpf_ktime_get_ns();
+}
+
+/* fd_src_mask puts the source (hi, lo as fd_banned takes them) masked to
+ * len bits into k. Frames without a source (not IP) all get one key. */
+static __always_inline void fd_src_mask(struct fd_src_key *k, __u32 family, __u64 hi, __u64 lo,
+					__u32 len)
+{
+	k->hi = 0;
+	k->lo = 0;
+	if (family == 4) {
+		if (len >= 32)
+			k->hi = hi & 0xffffffffULL;
+		else if (len)
+			k->hi = hi & (0xffffffffULL << (32 - len)) & 0xffffffffULL;
+	} else if (family == 6) {
+		if (len > 64) {
+			k->hi = hi;
+			k->lo = lo & fd_mask64(len > 128 ? 64 : len - 64);
+		} else if (len) {
+			k->hi = hi & fd_mask64(len);
+		}
+	}
+}
+
+/* fd_banned reports whether the source (IPv4: host order in hi; IPv6: as
+ * loaded from the packet) is banned, looked up under each length of
+ * lens (one per byte, see fd_conf.ban4), and counts the frame in the ban.
+ * A ban past its time is deleted. */
+static __noinline int fd_banned(__u32 lens, __u32 family, __u64 hi, __u64 lo)
+{
+	struct fd_src_key k = {};
+	struct fd_ban *b;
+	int i;
+
+	for (i = 0; i < FD_BAN_LENS; i++) {
+		__u32 len = (lens >> (i * 8)) & 0xff;
+
+		if (!len)
+			break;
+		fd_src_mask(&k, family, hi, lo, len);
+		k.id = family << 8 | len;
+		b = bpf_map_lookup_elem(&fd_bans, &k);
+		if (!b)
+			continue;
+		if (fd_now_ns() < b->until) {
+			__sync_fetch_and_add(&b->dropped, 1);
+			return 1;
+		}
+		bpf_map_delete_elem(&fd_bans, &k);
+	}
+	return 0;
+}
+
+/* This CPU's counters of police entry idx. */
+static __always_inline struct fd_pcnt *fd_pcnt_of(__u32 idx)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct fd_pcnt *row = bpf_map_lookup_elem(&fd_pol_cnt, &cpu);
+
+	return row ? &row[idx & (FD_POLICE_MAX - 1)] : 0;
+}
+
+/* fd_police_run polices a frame of bytes that limit rule idx (the number
+ * in its val) matched, and returns the val it gets: pass if it conforms,
+ * drop if it exceeds, with the rule's counter slot. The source as for
+ * fd_banned. See struct fd_police for the algorithm. Two CPUs that read a
+ * bucket at once may both let a frame through where one would: at most
+ * one frame per CPU above the bucket. */
+static __noinline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __u64 lo, __u32 bytes)
+{
+	__u32 key = idx & (FD_POLICE_MAX - 1);
+	struct fd_police *pe = bpf_map_lookup_elem(&fd_policers, &key);
+	__u64 now_ns, now, cost, old, t, *tat;
+	struct fd_src_key k = {};
+	struct fd_pcnt *pc;
+
+	if (!pe)
+		return FD_ACT_PASS << FD_VAL_ACT_SHIFT | (FD_SLOT_DEFAULT + FD_ACT_PASS);
+	now_ns = fd_now_ns();
+	now = now_ns << FD_POL_TIME_SHIFT;
+	cost = pe->cost;
+	if (pe->flags & FD_LIM_BYTES)
+		cost = (bytes & 0x3ffff) * cost >> FD_POL_BYTE_SHIFT;
+	tat = &pe->tat;
+	if (pe->flags & FD_LIM_PERSRC) {
+		fd_src_mask(&k, family, hi, lo, family == 4 ? pe->len4 : pe->len6);
+		k.id = key | family << 16;
+		k.epoch = pe->epoch;
+		tat = bpf_map_lookup_elem(&fd_pol_src, &k);
+		if (!tat) {
+			/* A fresh bucket is full: the frame conforms. */
+			__u64 v = now + cost;
+
+			bpf_map_update_elem(&fd_pol_src, &k, &v, BPF_NOEXIST);
+			pc = fd_pcnt_of(key);
+			if (pc)
+				pc->sources++;
+			return FD_ACT_PASS << FD_VAL_ACT_SHIFT | (pe->slot & FD_VAL_SLOT_MASK);
+		}
+	}
+	old = *(volatile __u64 *)tat;
+	t = old > now ? old : now;
+	if (t + cost > now + pe->burst) {
+		pc = fd_pcnt_of(key);
+		if (pc) {
+			pc->exceed_packets++;
+			pc->exceed_bytes += bytes;
+		}
+		if (pe->ban_ns && (pe->flags & FD_LIM_PERSRC) && family) {
+			struct fd_ban b = {
+				.until = now_ns + pe->ban_ns,
+				.since = now_ns,
+				.slot = pe->slot,
+				.epoch = pe->epoch,
+			};
+
+			k.id = family << 8 | (family == 4 ? pe->len4 : pe->len6);
+			k.epoch = 0;
+			if (!bpf_map_update_elem(&fd_bans, &k, &b, BPF_NOEXIST) && pc)
+				pc->bans++;
+		}
+		return FD_ACT_DROP << FD_VAL_ACT_SHIFT | (pe->slot & FD_VAL_SLOT_MASK);
+	}
+	/* Conforms: move tat by cost, from now if the bucket was full. */
+	if (old > now || __sync_val_compare_and_swap(tat, old, now + cost) != old)
+		__sync_fetch_and_add(tat, cost);
+	return FD_ACT_PASS << FD_VAL_ACT_SHIFT | (pe->slot & FD_VAL_SLOT_MASK);
+}
+
 /* ---- the whole evaluation ---- */
 
 /* fd_ports reads the ports of a first TCP or UDP fragment at pos and adds
@@ -1013,6 +1369,7 @@ static __always_inline int fd_ports(struct fd_pkt *p, void *pos, void *data_end)
 /* What fd_decide needs besides the frame. */
 struct fd_env {
 	const struct fd_half *h;
+	const __u32 *len; /* as fd_parse_then's */
 };
 
 /* A frame's verdict from its parsed fields, or, with p NULL, a malformed
@@ -1064,6 +1421,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	p.sport = 0;
 	p.dport = 0;
 	p.tcpflags = 0;
+	p.queue = ctx->rx_queue_index < FD_QUEUES ? ctx->rx_queue_index : FD_QUEUES;
 
 	if (et == ETH_P_IP) {
 		struct iphdr *iph;
@@ -1135,7 +1493,7 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 	const struct fd_env *env = arg;
 	const struct fd_half *h = env->h;
 	const struct fd_conf *c = &h->conf;
-	struct fd_result r = {};
+	struct fd_result r = {}, late = {};
 	int i;
 
 	if (!p) {
@@ -1144,6 +1502,12 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 			(FD_SLOT_MALFORMED + (c->malformed & 3));
 		return r;
 	}
+
+	/* Bans first (IPv4 frames carry their address in hi). */
+	if (p->family == 4 && c->ban4 && fd_banned(c->ban4, 4, p->src4, 0))
+		goto banned;
+	if (p->family == 6 && c->ban6 && fd_banned(c->ban6, 6, p->src6[0], p->src6[1]))
+		goto banned;
 
 	if (c->ncompound) {
 		const struct fd_cls_half *t = &h->cls;
@@ -1154,7 +1518,10 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 				r.class = FD_CLASS_COMPOUND;
 				r.index = fd_ctz_tab[i & 63]; /* for the trace only */
 				r.val = c->crule_h[i & 63];
-				return r;
+				if (r.index < c->late_from)
+					goto compound;
+				late = r;
+				r.val = 0;
 			}
 		} else {
 			i = fd_compound(c, t, p);
@@ -1162,7 +1529,10 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 				r.class = FD_CLASS_COMPOUND;
 				r.index = i & (FD_MAX_COMPOUND - 1);
 				r.val = c->crule[r.index];
-				return r;
+				if (r.index < c->late_from)
+					goto compound;
+				late = r;
+				r.val = 0;
 			}
 		}
 	}
@@ -1173,11 +1543,36 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 		r.val = fd_v6_lookup(c, p->src6[0], p->src6[1]);
 	if (r.val) {
 		r.class = FD_CLASS_PREFIX;
+		r.index = 0;
 		return r;
+	}
+	/* A late compound rule matched and no prefix rule did. */
+	if (late.val) {
+		r = late;
+		goto compound;
 	}
 
 	r.class = FD_CLASS_DEFAULT;
 	r.val = (c->policy << FD_VAL_ACT_SHIFT) | (FD_SLOT_DEFAULT + (c->policy & 3));
+	return r;
+
+compound:
+	/* Only a limit rule's val has bit 31 (FD_ACT_LIMIT). */
+	if (r.val & (1u << 31)) {
+		__u32 bytes = *env->len & ~PARSE_LEN_CHECK;
+
+		if (p->family == 4)
+			r.val = fd_police_run(r.val, 4, p->src4, 0, bytes);
+		else if (p->family == 6)
+			r.val = fd_police_run(r.val, 6, p->src6[0], p->src6[1], bytes);
+		else
+			r.val = fd_police_run(r.val, 0, 0, 0, bytes);
+	}
+	return r;
+
+banned:
+	r.class = FD_CLASS_BAN;
+	r.val = FD_ACT_DROP << FD_VAL_ACT_SHIFT | FD_SLOT_BANNED;
 	return r;
 }
 
@@ -1186,7 +1581,7 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 static __always_inline struct fd_result fd_match(const struct fd_half *h, struct xdp_md *ctx,
 						 __u32 *len)
 {
-	struct fd_env env = { .h = h };
+	struct fd_env env = { .h = h, .len = len };
 
 	return fd_parse_then(ctx, len, fd_decide, &env);
 }
@@ -1203,7 +1598,7 @@ static __always_inline void fd_check_len(struct xdp_md *volatile *ctx,
 	__u32 whole = bpf_xdp_get_buff_len(*ctx);
 
 	if ((*len & ~PARSE_LEN_CHECK) > whole) {
-		struct fd_env env = { .h = *h };
+		struct fd_env env = { .h = *h, .len = len };
 
 		*r = fd_decide(&env, NULL);
 	}
@@ -1215,11 +1610,38 @@ static __always_inline __u32 fd_val_action(__u32 val)
 	return (val >> FD_VAL_ACT_SHIFT) & 3;
 }
 
-/* The XDP verdict of a drop program for an action. */
+/* The XDP verdict of an action for a program with no sockets (the LPM
+ * trie benchmark's, lpmtrie.c): redirect passes. */
 static __always_inline __u32 fd_xdp_action(__u32 act)
 {
-	/* Redirect has no meaning here; user space never loads it. */
 	return act == FD_ACT_DROP ? XDP_DROP : XDP_PASS;
+}
+
+/* fd_redirect hands the frame to the AF_XDP socket of its rx queue, or
+ * to the stack when none is bound there (bpf_redirect_map's flags are the
+ * verdict for an empty slot), and counts which by queue. */
+static __noinline int fd_redirect(__u32 queue, __u64 bytes)
+{
+	__u32 q = queue < FD_QUEUES ? queue : FD_QUEUES;
+	__u32 key;
+	int verdict = bpf_redirect_map(&fd_xsks, queue, XDP_PASS);
+	struct counter *c;
+
+	key = q * FD_XSK_VERDICTS + (verdict == XDP_REDIRECT ? FD_XSK_REDIRECTED : FD_XSK_NO_SOCKET);
+	c = bpf_map_lookup_elem(&fd_xsk_counters, &key);
+	if (c)
+		count(c, bytes);
+	return verdict;
+}
+
+/* The XDP verdict for an action. */
+static __always_inline __u32 fd_xdp_verdict(struct xdp_md *ctx, __u32 act, __u64 bytes)
+{
+	if (act == FD_ACT_DROP)
+		return XDP_DROP;
+	if (act == FD_ACT_REDIRECT)
+		return fd_redirect(ctx->rx_queue_index, bytes);
+	return XDP_PASS;
 }
 
 static __always_inline __u32 fd_val_slot(__u32 val)

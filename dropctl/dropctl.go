@@ -87,9 +87,22 @@ func ReloadIfFull(att *loader.Attachment, old *fastdrop.Engine, err error, set f
 
 // Reload loads the fast-drop program anew with tables sized for rs, and
 // replaces the attached one and its pinned maps with it atomically: every
-// packet meets the old program or the new one.
+// packet meets the old program or the new one. The AF_XDP sockets stay:
+// the new program takes over the pinned socket maps (a running xdpdrop
+// redirect keeps its sockets).
 func Reload(att *loader.Attachment, rs *fastdrop.RuleSet) error {
-	eng, err := fastdrop.New(fastdrop.CapacityFor(rs, headroom))
+	opts := fastdrop.CapacityFor(rs, headroom)
+	socks, err := fastdrop.PinnedSocketMaps(att.MapsDir())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, m := range socks {
+			m.Close()
+		}
+	}()
+	opts.SocketMaps = socks
+	eng, err := fastdrop.New(opts)
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,10 @@
 // Package fastdrop drops, passes or redirects frames at the XDP hook
-// according to a rule file.
+// according to a rule file. Redirect hands a frame to the AF_XDP socket
+// registered for its rx queue (RegisterSocket, sockets.go): the same
+// program serves xdpdrop drop and xdpdrop redirect. Rules carry an origin
+// (origin.go), so that several sources share the program and each changes
+// only its own rules (ApplyOrigin); origins order the compound rules, and
+// the late ones (redirect) come after the prefix rules.
 //
 // A rule file (syntax in docs/RULES.md) is parsed by [Parse] or [ParseFile]
 // into a [RuleSet]. Rules come in two classes: compound rules (any match
@@ -9,13 +14,25 @@
 // the rule set's policy; frames that cannot be parsed get its malformed
 // verdict.
 //
-// [Model] is a plain Go implementation of exactly these semantics. It is
+// A limit rule (action [ActionLimit], [Rule.Limit]) is a compound rule that
+// polices what it matches: a token bucket (GCRA) per rule, shared by the
+// CPUs through atomics, or one per source prefix in a fixed-size LRU
+// table; conforming frames pass, the excess is dropped, and with a ban the
+// source is dropped before any rule for the ban's duration, which the
+// kernel ends by itself ([Engine.Bans], [Engine.Unban]). A compound rule's
+// val with action 4 names its policer (struct fd_police) instead of its
+// counter slot; the program resolves it into a drop or pass val with the
+// slot. [Counters] split a limit rule's frames in [LimitCounter].
+//
+// [Model] is a plain Go implementation of exactly these semantics (for
+// limit rules: which rule decides; the verdict it gives is a fresh
+// bucket's first frame's, pass). It is
 // the oracle the kernel program is tested against, not a fast path.
 //
 // # Match fields
 //
 // Each match field (src, dst, proto, sport, dport, ether, frag, ttl,
-// flags) is one entry of matchFields in fields.go: its keyword and
+// flags, queue) is one entry of matchFields in fields.go: its keyword and
 // aliases, how its value is parsed and printed, where it sits in [Rule] (offset and store kind),
 // what [Rule.Validate] checks about it, how the model matches it, and how
 // it is kept in a rule record (its FD_REC_* flag and the members of struct

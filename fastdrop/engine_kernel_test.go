@@ -69,8 +69,16 @@ func newRunner(e *Engine) *runner {
 
 // run returns the kernel's decision for frame (at least 14 bytes: the
 // test run refuses shorter frames).
-func (r *runner) run(frame []byte) (kernelResult, error) {
-	ret, err := r.e.prog.Run(&ebpf.RunOptions{Data: frame, DataOut: r.out})
+func (r *runner) run(frame []byte) (kernelResult, error) { return r.runOn(frame, 0, 0) }
+
+// runOn is run for a frame arriving on rx queue queue of the interface
+// with index ifindex (0: none, queue 0).
+func (r *runner) runOn(frame []byte, ifindex, queue int) (kernelResult, error) {
+	opts := &ebpf.RunOptions{Data: frame, DataOut: r.out}
+	if ifindex != 0 {
+		opts.Context = xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex), RxQueueIndex: uint32(queue)}
+	}
+	ret, err := r.e.prog.Run(opts)
 	if err != nil {
 		return kernelResult{}, fmt.Errorf("test run: %w", err)
 	}
@@ -94,6 +102,10 @@ func (r *runner) run(frame []byte) (kernelResult, error) {
 	res.Class = ResultClass(tr[2])
 	res.Rule = -1
 	val := uint32(tr[4]) | uint32(tr[5])<<8 | uint32(tr[6])<<16 | uint32(tr[7])<<24
+	// Redirect: XDP_REDIRECT to a socket, or XDP_PASS with none bound.
+	if valAction(val) == ActionRedirect && (ret == 2 || ret == 4) {
+		res.Verdict = ActionRedirect
+	}
 	if res.Class == ClassCompound || res.Class == ClassPrefix {
 		i, ok := r.ruleOf[valSlot(val)]
 		if !ok {
@@ -336,7 +348,7 @@ func TestAddDeleteReplace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ruleSetText(rs); got != "policy pass\nmalformed pass\ndrop src 192.0.2.0/24 # 0\npass udp src 192.0.2.0/24 # 1\n" {
+	if got := ruleSetText(rs); got != "policy pass\nmalformed pass\ndrop src 192.0.2.0/24 # 0, origin drop\npass udp src 192.0.2.0/24 # 1, origin drop\n" {
 		t.Errorf("rule set after Delete:\n%s", got)
 	}
 	expect("after Delete", dns, kCompound(ActionPass, 1))
@@ -351,9 +363,9 @@ func TestAddDeleteReplace(t *testing.T) {
 	if !errors.Is(err, ErrDuplicatePrefix) {
 		t.Errorf("Add of a prefix twice: %v, want ErrDuplicatePrefix", err)
 	}
-	err = e.Add(Rule{Action: ActionRedirect, Src: netip.MustParsePrefix("10.0.0.0/8")})
-	if !errors.Is(err, ErrUnsupportedAction) {
-		t.Errorf("Add of a redirect rule: %v, want ErrUnsupportedAction", err)
+	err = e.Apply(&RuleSet{Policy: ActionPass, Malformed: ActionRedirect})
+	if err == nil {
+		t.Error("Apply of malformed redirect: no error")
 	}
 	expect("after errors", gre, kPrefix(ActionDrop, 0))
 }

@@ -19,6 +19,8 @@ var layoutFingerprints = map[uint32]string{
 	1: "dab52b0dcc0fafab",
 	2: "2d5d68a22a76175d", // records of 128 bytes; direct tables FD_DIR_*; ttl
 	3: "44bd7b78f3997bb1", // tcp flags
+	4: "b7b0562abe2e616f", // queue field, rule origins, late rules, AF_XDP sockets
+	5: "931fce7e2bc24f10", // limit rules: fd_police, bans; their parameters in the record
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

@@ -14,9 +14,14 @@ type Action uint8
 const (
 	ActionDrop Action = iota + 1
 	ActionPass
-	// ActionRedirect sends the frame to an AF_XDP socket. It is only valid in
-	// a redirect (per-queue filter) program; the drop program rejects it.
+	// ActionRedirect hands the frame to the AF_XDP socket bound to its rx
+	// queue (Engine.RegisterSocket), or to the kernel stack when there is
+	// none.
 	ActionRedirect
+	// ActionLimit polices the frames a compound rule matches (Rule.Limit):
+	// those within the rate pass, the excess is dropped. Rules only: never
+	// a policy.
+	ActionLimit
 )
 
 // String returns the rule-file keyword of a: "drop", "pass" or "redirect".
@@ -28,6 +33,8 @@ func (a Action) String() string {
 		return "pass"
 	case ActionRedirect:
 		return "redirect"
+	case ActionLimit:
+		return "limit"
 	}
 	return "Action(" + strconv.Itoa(int(a)) + ")"
 }
@@ -41,11 +48,13 @@ func ParseAction(s string) (Action, error) {
 		return ActionPass, nil
 	case "redirect":
 		return ActionRedirect, nil
+	case "limit":
+		return ActionLimit, nil
 	}
-	return 0, fmt.Errorf("unknown action %q (want drop, pass or redirect)", s)
+	return 0, fmt.Errorf("unknown action %q (want drop, pass, redirect or limit)", s)
 }
 
-func (a Action) valid() bool { return a >= ActionDrop && a <= ActionRedirect }
+func (a Action) valid() bool { return a >= ActionDrop && a <= ActionLimit }
 
 // MaxCompoundRules is the largest number of compound (not prefix-only) rules
 // a rule set may hold; the kernel program scans them per packet.
@@ -103,7 +112,19 @@ type Rule struct {
 	Fragment  bool       // matches only non-first IP fragments (fragment offset != 0)
 	TTL       *ByteRange // nil = any; the IPv4 TTL or IPv6 hop limit
 	TCPFlags  *TCPFlags  // nil = any; needs HasProto with Proto 6 (tcp)
-	Line      int        // 1-based line in the rule file, 0 if built in code
+	// Queue matches the rx queue the frame arrived on, Lo to Hi (0 to
+	// MaxQueue); nil = any.
+	Queue *PortRange
+	Line  int // 1-based line in the rule file, 0 if built in code
+	// Origin names where the rule came from (see origin.go): "" for the
+	// default origin (the drop command's), OriginRedirect, or a name of
+	// another source. It is kept with the rule in the engine's records
+	// and orders the rules of different origins; it is no part of the
+	// rule's text.
+	Origin string
+	// Limit is the policer of an ActionLimit rule (nil for every other
+	// action).
+	Limit *Limit
 }
 
 // IsPrefixOnly reports whether r is "ACTION src PREFIX" and nothing else.
@@ -111,7 +132,7 @@ type Rule struct {
 // compound rule list. Line does not matter. (A Proto without HasProto
 // or an invalid dst, which Validate refuses, make a rule compound too.)
 func (r Rule) IsPrefixOnly() bool {
-	if !r.Src.IsValid() || r.Proto != 0 {
+	if !r.Src.IsValid() || r.Proto != 0 || r.Action == ActionLimit || r.Limit != nil {
 		return false
 	}
 	for i := range matchFields {
@@ -125,11 +146,15 @@ func (r Rule) IsPrefixOnly() bool {
 
 // String returns r in canonical rule-file syntax, for example
 // "drop udp src 192.0.2.0/24 dport 11211". Parsing it gives back r (apart
-// from Line). Fields are written in the order of their textPos: ether,
-// proto, flags, src, sport, dst, dport, frag, ttl.
+// from Line and Origin). Fields are written in the order of their
+// textPos: ether, proto, flags, src, sport, dst, dport, frag, ttl, queue.
 func (r Rule) String() string {
 	var b strings.Builder
 	b.WriteString(r.Action.String())
+	if r.Limit != nil {
+		b.WriteByte(' ')
+		b.WriteString(r.Limit.text(r.family()))
+	}
 	for pos := range matchFields {
 		for i := range matchFields {
 			if f := &matchFields[i]; f.textPos == pos && f.isSet(&r) {
@@ -213,7 +238,23 @@ func (r Rule) Validate() error { return r.validate() }
 // where it is, so that no copy of it is made on the heap.
 func (r *Rule) validate() error {
 	if !r.Action.valid() {
-		return fmt.Errorf("invalid action %d (want drop, pass or redirect)", r.Action)
+		return fmt.Errorf("invalid action %d (want drop, pass, redirect or limit)", r.Action)
+	}
+	switch {
+	case r.Action == ActionLimit && r.Limit == nil:
+		return errors.New("limit needs a rate (want e.g. limit 1000/s udp dport 53)")
+	case r.Action != ActionLimit && r.Limit != nil:
+		return fmt.Errorf("a rate is only for limit rules, not %s", r.Action)
+	case r.Limit != nil:
+		if err := r.Limit.validate(); err != nil {
+			return err
+		}
+		if r.Limit.PerSrc && r.Limit.Src4Len != 0 && r.family() == 6 {
+			return errors.New("per src/N/M on an IPv6 rule: write per src/M")
+		}
+	}
+	if err := ValidateOrigin(r.Origin); err != nil {
+		return err
 	}
 	for i := range matchFields {
 		if f := &matchFields[i]; f.check != nil && (f.checkZero || f.isSet(r)) {
@@ -303,7 +344,7 @@ func (rs *RuleSet) EffectiveMalformed() Action {
 // ErrTooManyRules) and MaxRules rules in all (wraps ErrCapacity), and
 // valid Policy and Malformed verdicts.
 func (rs *RuleSet) Validate() error {
-	if rs.Policy != 0 && !rs.Policy.valid() {
+	if rs.Policy != 0 && (!rs.Policy.valid() || rs.Policy == ActionLimit) {
 		return fmt.Errorf("invalid policy %s (want pass, drop or redirect)", rs.Policy)
 	}
 	if rs.Malformed != 0 && rs.Malformed != ActionPass && rs.Malformed != ActionDrop {

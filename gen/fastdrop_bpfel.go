@@ -26,7 +26,17 @@ const (
 	FastdropFdActionFD_ACT_DROP     FastdropFdAction = 1
 	FastdropFdActionFD_ACT_PASS     FastdropFdAction = 2
 	FastdropFdActionFD_ACT_REDIRECT FastdropFdAction = 3
+	FastdropFdActionFD_ACT_LIMIT    FastdropFdAction = 4
 )
+
+type FastdropFdBan struct {
+	_       structs.HostLayout
+	Until   uint64
+	Since   uint64
+	Dropped uint64
+	Slot    uint32
+	Epoch   uint32
+}
 
 type FastdropFdBm struct {
 	_ structs.HostLayout
@@ -40,6 +50,7 @@ const (
 	FastdropFdClassFD_CLASS_COMPOUND  FastdropFdClass = 2
 	FastdropFdClassFD_CLASS_PREFIX    FastdropFdClass = 3
 	FastdropFdClassFD_CLASS_DEFAULT   FastdropFdClass = 4
+	FastdropFdClassFD_CLASS_BAN       FastdropFdClass = 5
 )
 
 type FastdropFdConf struct {
@@ -59,6 +70,10 @@ type FastdropFdConf struct {
 	Kind      [12]FastdropFdBm
 	Crule     [256]uint32
 	CruleH    [64]uint32
+	LateFrom  uint32
+	Ban4      uint32
+	Ban6      uint32
+	_         [4]byte
 }
 
 type FastdropFdDirect uint32
@@ -76,7 +91,9 @@ const (
 	FastdropFdDirectFD_DIR_TTL_END   FastdropFdDirect = 197119
 	FastdropFdDirectFD_DIR_FLAGS     FastdropFdDirect = 197120
 	FastdropFdDirectFD_DIR_FLAGS_END FastdropFdDirect = 197375
-	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 197376
+	FastdropFdDirectFD_DIR_QUEUE     FastdropFdDirect = 197376
+	FastdropFdDirectFD_DIR_QUEUE_END FastdropFdDirect = 197887
+	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 197888
 )
 
 type FastdropFdField uint32
@@ -92,7 +109,8 @@ const (
 	FastdropFdFieldFD_FLD_DST6  FastdropFdField = 7
 	FastdropFdFieldFD_FLD_TTL   FastdropFdField = 8
 	FastdropFdFieldFD_FLD_FLAGS FastdropFdField = 9
-	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 10
+	FastdropFdFieldFD_FLD_QUEUE FastdropFdField = 10
+	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 11
 )
 
 type FastdropFdLayout uint32
@@ -101,8 +119,9 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND   FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS       FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS          FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 3
+	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 5
 	FastdropFdLayoutFD_REC_SIZE       FastdropFdLayout = 128
+	FastdropFdLayoutFD_ORIGIN_LEN     FastdropFdLayout = 16
 	FastdropFdLayoutFD_COUNTER_SIZE   FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6ENT_SIZE     FastdropFdLayout = 32
 	FastdropFdLayoutFD_VAL_ACT_SHIFT  FastdropFdLayout = 29
@@ -110,41 +129,49 @@ const (
 	FastdropFdLayoutFD_SLOT_MALFORMED FastdropFdLayout = 0
 	FastdropFdLayoutFD_SLOT_DEFAULT   FastdropFdLayout = 4
 	FastdropFdLayoutFD_SLOT_RETIRED   FastdropFdLayout = 8
+	FastdropFdLayoutFD_SLOT_BANNED    FastdropFdLayout = 13
 	FastdropFdLayoutFD_SLOT_RULES     FastdropFdLayout = 16
+	FastdropFdLayoutFD_POLICE_MAX     FastdropFdLayout = 1024
+	FastdropFdLayoutFD_POLICE_SIZE    FastdropFdLayout = 64
+	FastdropFdLayoutFD_PCNT_SIZE      FastdropFdLayout = 32
+	FastdropFdLayoutFD_POL_TIME_SHIFT FastdropFdLayout = 4
+	FastdropFdLayoutFD_POL_BYTE_SHIFT FastdropFdLayout = 16
+	FastdropFdLayoutFD_BAN_LENS       FastdropFdLayout = 4
 	FastdropFdLayoutFD_DIRECT         FastdropFdLayout = 65536
 	FastdropFdLayoutFD_FRONT_PORTS_N  FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N  FastdropFdLayout = 1024
-	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 197376
-	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 262912
-	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 328448
-	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 393984
-	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 459520
+	FastdropFdLayoutFD_QUEUES         FastdropFdLayout = 256
+	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 197888
+	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 263424
+	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 328960
+	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 394496
+	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 460032
 	FastdropFdLayoutFD_TAB_CHUNK      FastdropFdLayout = 256
 	FastdropFdLayoutFD_TAB_CHUNKS     FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2556672
-	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2818816
-	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2819840
+	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2557184
+	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2819328
+	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2820352
 	FastdropFdLayoutFD_TAB_W4L1       FastdropFdLayout = 1048576
 	FastdropFdLayoutFD_TAB_W4CHUNK    FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4916992
+	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4917504
 	FastdropFdLayoutFD_TAB_W4CHUNKS   FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5441280
+	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5441792
 	FastdropFdLayoutFD_TAB_EXT        FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD       FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 10240
+	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 11264
 	FastdropFdLayoutFD_BM_FRONTS      FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 14336
-	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 197376
-	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 198400
-	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 199424
-	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 200448
-	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 201472
-	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 463616
-	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 464640
+	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 15360
+	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 197888
+	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 198912
+	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 199936
+	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 200960
+	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 201984
+	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 464128
+	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 465152
 	FastdropFdLayoutFD_CLS_TAB        FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10882560
-	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11341312
-	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 15058432
+	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10883584
+	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11375104
+	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 15096320
 	FastdropFdLayoutFD_V4TBL24        FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX   FastdropFdLayout = 11
@@ -152,14 +179,45 @@ const (
 	FastdropFdLayoutFD_MAIN_STAMP     FastdropFdLayout = 64
 	FastdropFdLayoutFD_MAIN_HALF      FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 15062528
-	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82171392
+	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 15100416
+	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82209280
 	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
 	FastdropFdLayoutFD_V6PROBES       FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6DEPTH        FastdropFdLayout = 8
 )
+
+type FastdropFdLimFlags uint32
+
+const (
+	FastdropFdLimFlagsFD_LIM_BYTES  FastdropFdLimFlags = 1
+	FastdropFdLimFlagsFD_LIM_BITS   FastdropFdLimFlags = 2
+	FastdropFdLimFlagsFD_LIM_PERSRC FastdropFdLimFlags = 4
+)
+
+type FastdropFdPcnt struct {
+	_             structs.HostLayout
+	ExceedPackets uint64
+	ExceedBytes   uint64
+	Bans          uint64
+	Sources       uint64
+}
+
+type FastdropFdPolice struct {
+	_     structs.HostLayout
+	Tat   uint64
+	Cost  uint64
+	Burst uint64
+	BanNs uint64
+	Slot  uint32
+	Epoch uint32
+	Flags uint8
+	Len4  uint8
+	Len6  uint8
+	Pad   [5]uint8
+	Pad2  [2]uint64
+}
 
 type FastdropFdRecFlags uint32
 
@@ -172,6 +230,7 @@ const (
 	FastdropFdRecFlagsFD_REC_FRAG  FastdropFdRecFlags = 32
 	FastdropFdRecFlagsFD_REC_TTL   FastdropFdRecFlags = 64
 	FastdropFdRecFlagsFD_REC_FLAGS FastdropFdRecFlags = 128
+	FastdropFdRecFlagsFD_REC_QUEUE FastdropFdRecFlags = 256
 )
 
 type FastdropFdRuleRec struct {
@@ -198,8 +257,27 @@ type FastdropFdRuleRec struct {
 	TcpSet     uint8
 	TcpClear   uint8
 	TcpExact   uint8
-	Match      [24]uint8
-	Reserved   [32]uint8
+	QueueLo    uint16
+	QueueHi    uint16
+	Match      [4]uint8
+	Origin     [16]int8
+	LimRate    uint64
+	LimBurst   uint32
+	LimBanMs   uint32
+	LimPolice  uint16
+	LimFlags   uint8
+	LimLen4    uint8
+	LimLen6    uint8
+	LimPad     [3]uint8
+	Reserved   [8]uint8
+}
+
+type FastdropFdSrcKey struct {
+	_     structs.HostLayout
+	Id    uint32
+	Epoch uint32
+	Hi    uint64
+	Lo    uint64
 }
 
 type FastdropFdStamp struct {
@@ -247,20 +325,35 @@ type FastdropFdV6Ent struct {
 	Pad2  uint64
 }
 
+type FastdropFdXskVerdict uint32
+
+const (
+	FastdropFdXskVerdictFD_XSK_REDIRECTED FastdropFdXskVerdict = 0
+	FastdropFdXskVerdictFD_XSK_NO_SOCKET  FastdropFdXskVerdict = 1
+	FastdropFdXskVerdictFD_XSK_VERDICTS   FastdropFdXskVerdict = 2
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	FastdropMapFdBans            = "fd_bans"
 	FastdropMapFdCounters        = "fd_counters"
 	FastdropMapFdMain            = "fd_main"
+	FastdropMapFdPolCnt          = "fd_pol_cnt"
+	FastdropMapFdPolSrc          = "fd_pol_src"
+	FastdropMapFdPolicers        = "fd_policers"
 	FastdropMapFdRules           = "fd_rules"
 	FastdropMapFdV4Sparse        = "fd_v4_sparse"
 	FastdropMapFdV4Tbl8          = "fd_v4_tbl8"
 	FastdropMapFdV6Tab           = "fd_v6_tab"
+	FastdropMapFdXskCounters     = "fd_xsk_counters"
+	FastdropMapFdXsks            = "fd_xsks"
 	FastdropProgXdpFastdrop      = "xdp_fastdrop"
 	FastdropProgXdpFastdropTrace = "xdp_fastdrop_trace"
 	FastdropVarFdBtfAnchor       = "fd_btf_anchor"
 	FastdropVarFdCounterSlots    = "fd_counter_slots"
+	FastdropVarFdTestClock       = "fd_test_clock"
 	FastdropVarFdV6Cap           = "fd_v6_cap"
 )
 
@@ -314,12 +407,18 @@ type FastdropProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastdropMapSpecs struct {
-	FdCounters *ebpf.MapSpec `ebpf:"fd_counters"`
-	FdMain     *ebpf.MapSpec `ebpf:"fd_main"`
-	FdRules    *ebpf.MapSpec `ebpf:"fd_rules"`
-	FdV4Sparse *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
-	FdV4Tbl8   *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
-	FdV6Tab    *ebpf.MapSpec `ebpf:"fd_v6_tab"`
+	FdBans        *ebpf.MapSpec `ebpf:"fd_bans"`
+	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
+	FdMain        *ebpf.MapSpec `ebpf:"fd_main"`
+	FdPolCnt      *ebpf.MapSpec `ebpf:"fd_pol_cnt"`
+	FdPolSrc      *ebpf.MapSpec `ebpf:"fd_pol_src"`
+	FdPolicers    *ebpf.MapSpec `ebpf:"fd_policers"`
+	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
+	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
+	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
+	FdV6Tab       *ebpf.MapSpec `ebpf:"fd_v6_tab"`
+	FdXskCounters *ebpf.MapSpec `ebpf:"fd_xsk_counters"`
+	FdXsks        *ebpf.MapSpec `ebpf:"fd_xsks"`
 }
 
 // FastdropVariableSpecs contains global variables before they are loaded into the kernel.
@@ -328,6 +427,7 @@ type FastdropMapSpecs struct {
 type FastdropVariableSpecs struct {
 	FdBtfAnchor    *ebpf.VariableSpec `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.VariableSpec `ebpf:"fd_counter_slots"`
+	FdTestClock    *ebpf.VariableSpec `ebpf:"fd_test_clock"`
 	FdV6Cap        *ebpf.VariableSpec `ebpf:"fd_v6_cap"`
 }
 
@@ -351,22 +451,34 @@ func (o *FastdropObjects) Close() error {
 //
 // It can be passed to LoadFastdropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastdropMaps struct {
-	FdCounters *ebpf.Map `ebpf:"fd_counters"`
-	FdMain     *ebpf.Map `ebpf:"fd_main"`
-	FdRules    *ebpf.Map `ebpf:"fd_rules"`
-	FdV4Sparse *ebpf.Map `ebpf:"fd_v4_sparse"`
-	FdV4Tbl8   *ebpf.Map `ebpf:"fd_v4_tbl8"`
-	FdV6Tab    *ebpf.Map `ebpf:"fd_v6_tab"`
+	FdBans        *ebpf.Map `ebpf:"fd_bans"`
+	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
+	FdMain        *ebpf.Map `ebpf:"fd_main"`
+	FdPolCnt      *ebpf.Map `ebpf:"fd_pol_cnt"`
+	FdPolSrc      *ebpf.Map `ebpf:"fd_pol_src"`
+	FdPolicers    *ebpf.Map `ebpf:"fd_policers"`
+	FdRules       *ebpf.Map `ebpf:"fd_rules"`
+	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
+	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
+	FdV6Tab       *ebpf.Map `ebpf:"fd_v6_tab"`
+	FdXskCounters *ebpf.Map `ebpf:"fd_xsk_counters"`
+	FdXsks        *ebpf.Map `ebpf:"fd_xsks"`
 }
 
 func (m *FastdropMaps) Close() error {
 	return _FastdropClose(
+		m.FdBans,
 		m.FdCounters,
 		m.FdMain,
+		m.FdPolCnt,
+		m.FdPolSrc,
+		m.FdPolicers,
 		m.FdRules,
 		m.FdV4Sparse,
 		m.FdV4Tbl8,
 		m.FdV6Tab,
+		m.FdXskCounters,
+		m.FdXsks,
 	)
 }
 
@@ -376,6 +488,7 @@ func (m *FastdropMaps) Close() error {
 type FastdropVariables struct {
 	FdBtfAnchor    *ebpf.Variable `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.Variable `ebpf:"fd_counter_slots"`
+	FdTestClock    *ebpf.Variable `ebpf:"fd_test_clock"`
 	FdV6Cap        *ebpf.Variable `ebpf:"fd_v6_cap"`
 }
 

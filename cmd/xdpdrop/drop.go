@@ -56,6 +56,10 @@ program is loaded, with room for twice the rules; a new set that needs more
 makes drop load the program again with bigger tables and swap it in, just as
 atomically (the counters then start from zero).
 
+If xdpdrop redirect runs on the interface, drop replaces only its own
+rules (and the policy): the redirect's rules and sockets stay, after the
+drop rules (docs/RULES.md, "Origins").
+
 Rule syntax: docs/RULES.md. Detach with 'xdpdrop detach --iface IF'.`,
 		Example: `  xdpdrop drop --iface eth3 --rules attack.rules
   xdpdrop drop --iface eth3 --deny 203.0.113.0/24 --deny 2001:db8:bad::/48
@@ -203,7 +207,7 @@ func (a *app) drop(f *dropFlags) error {
 	case err == nil:
 		defer att.Close()
 		defer eng.Close()
-		reloaded, err := reloadIfFull(att, eng, eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
+		reloaded, err := applyDrop(att, eng, "", rs)
 		res.Reloaded = reloaded
 		if err != nil {
 			return fmt.Errorf("replace the rules on %s: %w", f.iface, err)
@@ -232,10 +236,54 @@ func (a *app) drop(f *dropFlags) error {
 	return a.printDrop(res, f.jsonOut)
 }
 
+// applyDrop replaces the rules of origin (and, for the default origin's
+// file, the policy and malformed verdict; another origin's only if its
+// file names them) on a running fast drop, leaving the
+// rules of other origins (xdpdrop redirect's) in force, and loads the
+// program again with bigger tables if they outgrow it.
+func applyDrop(att *loader.Attachment, eng *fastdrop.Engine, origin string, rs *fastdrop.RuleSet) (reloaded bool, err error) {
+	set := *rs
+	if origin == "" {
+		// The drop command's file owns the policies: no line is pass.
+		set.Policy, set.Malformed = rs.EffectivePolicy(), rs.EffectiveMalformed()
+	}
+	return reloadIfFull(att, eng, eng.ApplyOrigin(origin, &set), func() (*fastdrop.RuleSet, error) {
+		return withOtherOrigins(eng, origin, &set)
+	})
+}
+
+// withOtherOrigins returns the rule set in force with the rules of origin
+// replaced by rs's, and rs's policies: what the engine would hold after
+// ApplyOrigin.
+func withOtherOrigins(eng *fastdrop.Engine, origin string, rs *fastdrop.RuleSet) (*fastdrop.RuleSet, error) {
+	cur, err := eng.RuleSet()
+	if err != nil {
+		return nil, err
+	}
+	out := &fastdrop.RuleSet{Policy: cur.Policy, Malformed: cur.Malformed}
+	if rs.Policy != 0 {
+		out.Policy = rs.Policy
+	}
+	if rs.Malformed != 0 {
+		out.Malformed = rs.Malformed
+	}
+	for _, r := range cur.Rules {
+		if r.Origin != origin {
+			out.Rules = append(out.Rules, r)
+		}
+	}
+	for _, r := range rs.Rules {
+		r.Origin = origin
+		out.Rules = append(out.Rules, r)
+	}
+	return out, nil
+}
+
 const reloadedNote = "(the rules outgrew the tables the program was loaded with: it was loaded again with bigger ones and swapped in; rule counters start from zero)"
 
 // reloadIfFull is dropctl.ReloadIfFull: err passed on, or the program
-// loaded again for set's rule set when the tables are full.
+// loaded again for set's rule set (the whole set, every origin's rules)
+// when the tables are full; a running xdpdrop redirect keeps its sockets.
 func reloadIfFull(att *loader.Attachment, old *fastdrop.Engine, err error, set func() (*fastdrop.RuleSet, error)) (reloaded bool, _ error) {
 	return dropctl.ReloadIfFull(att, old, err, set)
 }

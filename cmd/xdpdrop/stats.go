@@ -42,7 +42,7 @@ type ifaceStats struct {
 type queueRow struct {
 	Queue      int     `json:"queue"`
 	Redirected uint64  `json:"redirected"` // to the queue's AF_XDP socket
-	Passed     uint64  `json:"passed"`     // to the kernel stack
+	Passed     uint64  `json:"passed"`     // to the kernel stack (fast drop: chosen by a redirect rule, but no socket was bound)
 	Dropped    uint64  `json:"dropped"`    // by the queue's filter
 	Aborted    uint64  `json:"aborted"`
 	Bytes      uint64  `json:"bytes"`
@@ -286,9 +286,23 @@ func (s dropSource) sample() (*ifaceStats, error) {
 		Verdicts: []verdictRow{
 			{Verdict: "drop", Packets: c.Drop.Packets, Bytes: c.Drop.Bytes},
 			{Verdict: "pass", Packets: c.Pass.Packets, Bytes: c.Pass.Bytes},
+			{Verdict: "redirect", Packets: c.Redirect.Packets, Bytes: c.Redirect.Bytes},
 			{Verdict: "malformed", Packets: c.Malformed.Packets, Bytes: c.Malformed.Bytes},
 			{Verdict: "default", Packets: c.Default.Packets, Bytes: c.Default.Bytes},
+			{Verdict: "banned", Packets: c.Banned.Packets, Bytes: c.Banned.Bytes},
 		},
+	}
+	// What the redirect rules chose, by rx queue (xdpdrop redirect's).
+	qs, err := s.eng.QueueCounters()
+	if err != nil {
+		return nil, fmt.Errorf("read queue counters of %s: %w", s.att.Interface(), err)
+	}
+	for _, q := range qs {
+		if q.Redirected.Packets+q.NoSocket.Packets == 0 {
+			continue
+		}
+		st.Queues = append(st.Queues, queueRow{Queue: q.Queue, Redirected: q.Redirected.Packets, Passed: q.NoSocket.Packets,
+			Bytes: q.Redirected.Bytes + q.NoSocket.Bytes})
 	}
 	rows := ruleRows(c)
 	st.Rules = make([]ruleRate, len(rows)) // a million rules: no regrowing
@@ -396,7 +410,27 @@ func printStats(w io.Writer, st *ifaceStats, watch bool, top int) {
 	if hidden > 0 {
 		fmt.Fprintf(w, "  (%d more rules not shown: no matches or beyond --top)\n", hidden)
 	}
+	printLimitStats(w, rules)
 	fmt.Fprintln(w)
+}
+
+// printLimitStats shows what the limit rules among rules let through and
+// dropped, and the bans they made.
+func printLimitStats(w io.Writer, rules []ruleRate) {
+	var tw = table(w)
+	n := 0
+	for _, r := range rules {
+		l := r.Limit
+		if l == nil {
+			continue
+		}
+		if n == 0 {
+			fmt.Fprintln(tw, "  #\tLIMIT RULE\tCONFORM\tEXCEED\tCONFORM BYTES\tEXCEED BYTES\tBANS\t")
+		}
+		n++
+		fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%d\t%d\t%d\t\n", r.Index+1, r.Rule, l.Conform.Packets, l.Exceed.Packets, l.Conform.Bytes, l.Exceed.Bytes, l.Bans)
+	}
+	tw.Flush()
 }
 
 func printQueueStats(w io.Writer, st *ifaceStats, watch bool) {
