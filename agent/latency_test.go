@@ -295,7 +295,8 @@ bgp:
 		b.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	read := func() Status {
+	read := func() Status { // the file lists every rule: read it seldom
+		time.Sleep(time.Second)
 		var s Status
 		if bs, err := os.ReadFile(status); err == nil {
 			_ = jsonUnmarshal(bs, &s)
@@ -304,11 +305,12 @@ bgp:
 	}
 	eventually(b, "file rules in force", 120*time.Second, func() bool { return read().Ready })
 	base := procMem(b, cmd.Process.Pid)
+	b.Logf("agent: 1M file prefixes in force: VmRSS %s, VmHWM %s", base["VmRSS"], base["VmHWM"])
 	an := newAnnouncer(b, port)
 	for _, p := range benchRoutes(b, 10000, false) {
 		an.announce(b, p)
 	}
-	eventually(b, "10,000 routes received", 120*time.Second, func() bool {
+	eventually(b, "10,000 routes received", 600*time.Second, func() bool {
 		s := read()
 		return s.BGP != nil && s.BGP.Received == 10000
 	})
