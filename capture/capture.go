@@ -465,6 +465,17 @@ func (c *Capture) release() error {
 	return errors.Join(errs...)
 }
 
+// RuleSampleStats counts the samples of rules' sample modifiers since the
+// program was loaded (Seen is Sent plus Lost), without reading them: for
+// an exporter beside a capture that reads them.
+func RuleSampleStats(m Maps) (Stats, error) {
+	if m.PerCPU == nil {
+		return Stats{}, fmt.Errorf("capture: %w", ErrNoCapture)
+	}
+	c := &Capture{maps: m, slot: -1, rules: true}
+	return c.readStats()
+}
+
 // Registrations returns the capture slots in use on the program whose
 // fd_main is main (bit i: slot i), as the program sees them: 0 means the
 // program samples nothing.

@@ -364,6 +364,11 @@ func TestCLICaptureRuleSamples(t *testing.T) {
 
 	send(t, v, "100", "11211")
 	send(t, v, "30", "19")
+	// The exporter counts them without reading them.
+	exp, url := startCLI(t, "exporter", "--metrics", "127.0.0.1:0", "--iface", v.Name)
+	require.Contains(t, scrape(t, url), `xdpdrop_rule_samples_total{interface="`+v.Name+`",result="sent"} 10`)
+	require.NoError(t, exp.Process.Signal(syscall.SIGINT))
+	require.NoError(t, exp.Wait())
 	out := filepath.Join(t.TempDir(), "samples.pcapng")
 	r = cli(t, "capture", "--iface", v.Name, "--rule-samples", "--duration", "1s", "-w", out)
 	require.Equal(t, 0, r.code, r.stderr)
