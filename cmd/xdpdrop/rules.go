@@ -69,7 +69,7 @@ func quoteClipped(s string) string {
 // ruleChangeCmd makes `rules add` and `rules del`: parse the arguments as
 // rules, open the interface's engine, apply change, say what was done. If
 // the change outgrows the tables the program was loaded with and grows is
-// set, the program is loaded again with the whole new set (see reloadDrop).
+// set, the program is loaded again with the whole new set (see dropctl.Reload).
 func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engine, ...fastdrop.Rule) error, grows bool) *cobra.Command {
 	var iface, origin string
 	var lockTimeout time.Duration
