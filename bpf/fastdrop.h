@@ -47,7 +47,8 @@ enum fd_field {
 	FD_FLD_DST6 = 7,
 	FD_FLD_TTL = 8,
 	FD_FLD_FLAGS = 9,
-	FD_FLD_MAX = 10,
+	FD_FLD_DSCP = 10,
+	FD_FLD_MAX = 11,
 };
 
 /* The direct fields: compound-rule fields whose value in a frame (8 or 16
@@ -73,7 +74,8 @@ enum fd_field {
 	X(DPORT, dport, 16, FRONT)     \
 	X(PROTO, proto, 8, FRONT)      \
 	X(TTL, ttl, 8, IP)             \
-	X(FLAGS, tcpflags, 8, PORTS)
+	X(FLAGS, tcpflags, 8, PORTS)   \
+	X(DSCP, dscp, 6, IP)
 
 /* The direct tables' offsets: each table's first entry, then its last
  * (FD_DIR_<NAME>_END), so that the next starts right after it; FD_DIR_END
@@ -99,7 +101,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 3,
+	FD_LAYOUT_VERSION = 4,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 128,    /* struct fd_rule_rec */
@@ -371,9 +373,12 @@ struct fd_rule_rec {
 	__u8 tcp_set;   /* flags: bits that must be set */
 	__u8 tcp_clear; /* flags: bits that must be clear */
 	__u8 tcp_exact; /* flags: 1 for ==, the byte is exactly tcp_set */
+	__u8 dscp_lo;
+	__u8 dscp_hi;
+	__u8 dscp_named; /* 1: written by name (ef, af11, cs1, ...) */
 	/* Room for the values of match fields to come (FlowSpec's, issue
 	 * 20): match fields take their bytes from here, top down. */
-	__u8 match[24];
+	__u8 match[21];
 	/* For origin / sample / limit parameters: other features take their
 	 * bytes from here (and shrink it), never from the match fields'. */
 	__u8 reserved[32];
@@ -392,6 +397,7 @@ enum fd_rec_flags {
 	FD_REC_FRAG = 32,
 	FD_REC_TTL = 64,
 	FD_REC_FLAGS = 128,
+	FD_REC_DSCP = 256,
 };
 
 /* What xdp_fastdrop_trace prepends to the frame in a test run. */
@@ -416,6 +422,7 @@ struct fd_pkt {
 	__u8 proto;
 	__u8 ttl;      /* IPv4 TTL, IPv6 hop limit */
 	__u8 tcpflags; /* TCP header byte 13 (CWR ... FIN), when has_ports; 0 for UDP */
+	__u8 dscp;     /* the top 6 bits of the IPv4 TOS / IPv6 traffic class */
 	__u8 nonfirst; /* a fragment with offset != 0 */
 	__u8 has_ports;
 	__u8 kind; /* family (0, 4 or 8) | nonfirst << 1 | has_ports */
@@ -1074,6 +1081,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		p.family = 4;
 		p.proto = proto;
 		p.ttl = iph->ttl;
+		p.dscp = iph->tos >> 2;
 		p.src4 = bpf_ntohl(iph->saddr);
 		p.dst4 = bpf_ntohl(iph->daddr);
 		if (iph->frag_off & bpf_htons(0x1fff)) {
@@ -1096,6 +1104,8 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		if (proto < 0)
 			return fd_malformed(len, decide, arg);
 		p.ttl = ip6h->hop_limit;
+		/* Traffic class: the 8 bits after the version. */
+		p.dscp = (bpf_ntohl(*(__be32 *)ip6h) >> 22) & 0x3f;
 		__builtin_memcpy(p.src6, &ip6h->saddr, 16);
 		__builtin_memcpy(p.dst6, &ip6h->daddr, 16);
 		proto = skip_ip6hdrext(&nh, data_end, proto, &p.nonfirst);
@@ -1123,6 +1133,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	p.kind = 0;
 	p.proto = 0;
 	p.ttl = 0;
+	p.dscp = 0;
 	p.src4 = 0;
 	p.dst4 = 0;
 	return decide(arg, &p);

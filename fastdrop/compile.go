@@ -252,6 +252,7 @@ const (
 	recProto   = 66
 	recTTL     = 67
 	recTCPSet  = 69 // then tcp_clear, tcp_exact
+	recDSCP    = 72 // dscp_lo, dscp_hi, dscp_named
 )
 
 // recLive reports whether a record with generations added and removed is

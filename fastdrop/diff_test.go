@@ -91,6 +91,9 @@ func (g *diffGen) frame() []byte {
 	if g.rng.IntN(2) == 0 {
 		s.TTL = g.ttl()
 	}
+	if g.rng.IntN(2) == 0 {
+		s.TOS = g.dscp()<<2 | uint8(g.rng.IntN(4))
+	}
 	f := s.Build()
 	if s.Proto == ProtoTCP && f.L4 >= 0 && f.L4+14 <= len(f.Bytes) && g.rng.IntN(2) == 0 {
 		f.Bytes[f.L4+13] = g.flagByte()
@@ -177,6 +180,16 @@ func (g *diffGen) tcpFlags() *TCPFlags {
 	return &TCPFlags{Set: set, Clear: clear}
 }
 
+// diffDSCPs are the codepoints rules and frames are drawn from.
+var diffDSCPs = []uint8{0, 8, 10, 26, 34, 46, 48, 63}
+
+func (g *diffGen) dscp() uint8 {
+	if g.rng.IntN(4) == 0 {
+		return uint8(g.rng.IntN(64))
+	}
+	return diffDSCPs[g.rng.IntN(len(diffDSCPs))]
+}
+
 // compound returns a random valid compound rule.
 func (g *diffGen) compound() Rule {
 	for {
@@ -214,6 +227,16 @@ func (g *diffGen) compound() Rule {
 		}
 		if r.HasProto && r.Proto == ProtoTCP && g.rng.IntN(2) == 0 {
 			r.TCPFlags = g.tcpFlags()
+		}
+		if g.rng.IntN(6) == 0 {
+			lo, hi := g.dscp(), g.dscp()
+			if g.rng.IntN(2) == 0 {
+				hi = lo
+			}
+			r.DSCP = &DSCPRange{Lo: min(lo, hi), Hi: max(lo, hi)}
+			if lo == hi && dscpName(lo) != "" && g.rng.IntN(2) == 0 {
+				r.DSCP.Named = true
+			}
 		}
 		if r.IsPrefixOnly() || r.Validate() != nil {
 			continue

@@ -138,7 +138,7 @@ const (
 // matchFields are the match fields, in the order messages list them and
 // Rule.Validate checks them. init sets it, since entries refer to the
 // table (which a variable's initializer may not); nothing changes it.
-var matchFields [9]matchField
+var matchFields [10]matchField
 
 func init() {
 	matchFields = [...]matchField{
@@ -326,7 +326,95 @@ func init() {
 				r.TCPFlags = &TCPFlags{Set: b[recTCPSet], Clear: b[recTCPSet+1], Exact: b[recTCPSet+2] != 0}
 			},
 		},
+		{
+			name:     "dscp",
+			examples: []string{"drop dscp 46", "drop dscp ef", "pass udp dscp af41", "drop src 2001:db8::/32 dscp cs1", "drop dscp 8-15"},
+			need:     "dscp needs a value (" + wantDSCP + ")",
+			parse: func(r *Rule, v string) string {
+				d, msg := parseDSCP(v)
+				if msg != "" {
+					return fmt.Sprintf("dscp %s: %s", clipped(v), msg)
+				}
+				r.DSCP = d
+				return ""
+			},
+			at:      unsafe.Offsetof(Rule{}.DSCP),
+			store:   storePtr,
+			text:    func(r *Rule) string { return "dscp " + r.DSCP.String() },
+			textPos: 9,
+			ip:      true,
+			check: func(r *Rule) error {
+				if d := r.DSCP; d.Lo > d.Hi || d.Hi > 63 || d.Named && d.Lo != d.Hi {
+					return fmt.Errorf("dscp %d-%d: want a range within 0-63, lower value first", d.Lo, d.Hi)
+				}
+				return nil
+			},
+			match: func(r *Rule, pkt *packet) bool { return pkt.isIP && r.DSCP.Lo <= pkt.dscp && pkt.dscp <= r.DSCP.Hi },
+			direct: &directField{fld: int(gen.FastdropFdFieldFD_FLD_DSCP), off: int(gen.FastdropFdDirectFD_DIR_DSCP), bits: 6,
+				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.DSCP.Lo), int(r.DSCP.Hi)}) }},
+			recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_DSCP),
+			rec:     []recMember{{"dscp_lo", recDSCP, 1}, {"dscp_hi", recDSCP + 1, 1}, {"dscp_named", recDSCP + 2, 1}},
+			encode: func(b []byte, r *Rule) {
+				b[recDSCP], b[recDSCP+1], b[recDSCP+2] = r.DSCP.Lo, r.DSCP.Hi, 0
+				if r.DSCP.Named {
+					b[recDSCP+2] = 1
+				}
+			},
+			decode: func(b []byte, r *Rule) {
+				r.DSCP = &DSCPRange{Lo: b[recDSCP], Hi: b[recDSCP+1], Named: b[recDSCP+2] != 0}
+			},
+		},
 	}
+}
+
+// DSCPRange is what dscp matches: the Differentiated Services codepoint
+// (RFC 2474: the IPv4 TOS byte's or IPv6 traffic class's top 6 bits) in
+// Lo-Hi. Named: written by its name (ef, af11 ... af43, cs0 ... cs7), which
+// String writes back.
+type DSCPRange struct {
+	Lo, Hi uint8
+	Named  bool
+}
+
+const wantDSCP = "want a codepoint 0-63, a range like 8-15, or a name: ef, af11 to af43, cs0 to cs7"
+
+// dscpName returns the name of codepoint v, "" if it has none.
+func dscpName(v uint8) string {
+	switch {
+	case v == 46:
+		return "ef"
+	case v%8 == 0:
+		return "cs" + strconv.Itoa(int(v/8))
+	case v/8 >= 1 && v/8 <= 4 && v%8 >= 2 && v%8 <= 6 && v%2 == 0:
+		return "af" + strconv.Itoa(int(v/8)) + strconv.Itoa(int(v%8/2))
+	}
+	return ""
+}
+
+func (d DSCPRange) String() string {
+	if d.Named {
+		return dscpName(d.Lo)
+	}
+	return ByteRange{d.Lo, d.Hi}.String()
+}
+
+func parseDSCP(s string) (*DSCPRange, string) {
+	if s != "" && s[0] >= 'a' && s[0] <= 'z' {
+		for v := range uint8(64) {
+			if n := dscpName(v); n == s {
+				return &DSCPRange{Lo: v, Hi: v, Named: true}, ""
+			}
+		}
+		return nil, "unknown codepoint name (" + wantDSCP + ")"
+	}
+	br, msg := parseByteRange(s, "a codepoint 0-63, a range like 8-15, or a name: ef, af11 to af43, cs0 to cs7")
+	if msg != "" {
+		return nil, msg
+	}
+	if br.Hi > 63 {
+		return nil, fmt.Sprintf("%d is not a codepoint: DSCP has 6 bits, 0-63 (the TOS byte %d is DSCP %d)", br.Hi, br.Hi, br.Hi>>2)
+	}
+	return &DSCPRange{Lo: br.Lo, Hi: br.Hi}, ""
 }
 
 // valueSpans appends the values v < n that ok allows to dst, as spans.

@@ -140,3 +140,44 @@ drop tcp src 10.0.0.0/8 sport 1-9 dst 10.9.0.0/16 flags rst   # 5
 	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
 	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
 }
+
+// TestKernelDSCP: dscp matches the top 6 bits of the IPv4 TOS byte and of
+// the IPv6 traffic class (which straddles the first two bytes), by value,
+// range or name, for every IP frame (non-first fragments, tagged); the
+// ECN bits below it do not count.
+func TestKernelDSCP(t *testing.T) {
+	rules := `
+drop dscp ef                          # 0
+drop udp dscp 8-15                    # 1
+pass src 2001:db8::/32 dscp cs1       # 2
+drop dscp 0 dst 192.0.2.0/24          # 3
+`
+	tos := func(s frames.Spec, tos uint8) frames.Spec { s.TOS = tos; return s }
+	u4 := func(t uint8) []byte {
+		return tos(spec4("198.51.100.1", "198.51.100.2", frames.ProtoUDP, 1, 2), t).Build().Bytes
+	}
+	cases := []matchCase{
+		{"ef", tos(spec4("198.51.100.1", "198.51.100.2", 47, 0, 0), 46<<2).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"ef with ECN 3", tos(spec4("198.51.100.1", "198.51.100.2", 47, 0, 0), 46<<2|3).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"IPv6 ef", tos(spec6("2001:db9::1", "2001:db9::2", 47, 0, 0), 46<<2).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"IPv6 ef, flow label set", func() []byte {
+			s := tos(spec6("2001:db9::1", "2001:db9::2", 47, 0, 0), 46<<2|1)
+			s.FlowLabel = 0xfffff
+			return s.Build().Bytes
+		}(), kCompound(ActionDrop, 0)},
+		{"udp 8", u4(8 << 2), kCompound(ActionDrop, 1)},
+		{"udp 15", u4(15<<2 | 2), kCompound(ActionDrop, 1)},
+		{"udp 16", u4(16 << 2), kDefault(ActionPass)},
+		{"udp 7", u4(7 << 2), kDefault(ActionPass)},
+		{"IPv6 cs1", tos(spec6("2001:db8::1", "2001:db9::2", 47, 0, 0), 8<<2).Build().Bytes, kCompound(ActionPass, 2)},
+		{"IPv6 cs1 other src", tos(spec6("2001:db7::1", "2001:db9::2", 47, 0, 0), 8<<2).Build().Bytes, kDefault(ActionPass)},
+		{"tagged non-first fragment, dscp 0", func() []byte {
+			s := tagged(spec4("198.51.100.1", "192.0.2.7", frames.ProtoUDP, 1, 2), frames.TPID8021Q)
+			s.IPv4FragOffset = 3
+			return s.Build().Bytes
+		}(), kCompound(ActionDrop, 3)},
+		{"dscp 1 to 192.0.2.7", tos(spec4("198.51.100.1", "192.0.2.7", 47, 0, 0), 1<<2).Build().Bytes, kDefault(ActionPass)},
+	}
+	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
+	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
+}

@@ -85,6 +85,7 @@ type packet struct {
 	proto     uint8 // IPv4 protocol or IPv6 final next header
 	ttl       uint8 // IPv4 TTL or IPv6 hop limit
 	tcpFlags  uint8 // TCP header byte 13, when hasPorts and TCP
+	dscp      uint8 // IPv4 TOS / IPv6 traffic class >> 2
 	fragment  bool  // non-first fragment (offset != 0)
 	hasPorts  bool  // TCP or UDP and not a non-first fragment
 	sport     uint16
@@ -211,6 +212,7 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 		pkt.dst = netip.AddrFrom4([4]byte(ip[16:20]))
 		pkt.proto = ip[9]
 		pkt.ttl = ip[8]
+		pkt.dscp = ip[1] >> 2
 		pkt.fragment = be.Uint16(ip[6:8])&0x1fff != 0
 		l4 = off + ihl
 	case EtherTypeIPv6:
@@ -223,6 +225,7 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 		}
 		pkt.isIP = true
 		pkt.ttl = ip[7]
+		pkt.dscp = (ip[0]<<4 | ip[1]>>4) >> 2
 		pkt.src = netip.AddrFrom16([16]byte(ip[8:24]))
 		pkt.dst = netip.AddrFrom16([16]byte(ip[24:40]))
 		nh := ip[6]

@@ -103,6 +103,7 @@ type Rule struct {
 	Fragment  bool       // matches only non-first IP fragments (fragment offset != 0)
 	TTL       *ByteRange // nil = any; the IPv4 TTL or IPv6 hop limit
 	TCPFlags  *TCPFlags  // nil = any; needs HasProto with Proto 6 (tcp)
+	DSCP      *DSCPRange // nil = any; the IPv4 TOS / IPv6 traffic class >> 2
 	Line      int        // 1-based line in the rule file, 0 if built in code
 }
 

@@ -76,7 +76,9 @@ const (
 	FastdropFdDirectFD_DIR_TTL_END   FastdropFdDirect = 197119
 	FastdropFdDirectFD_DIR_FLAGS     FastdropFdDirect = 197120
 	FastdropFdDirectFD_DIR_FLAGS_END FastdropFdDirect = 197375
-	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 197376
+	FastdropFdDirectFD_DIR_DSCP      FastdropFdDirect = 197376
+	FastdropFdDirectFD_DIR_DSCP_END  FastdropFdDirect = 197439
+	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 197440
 )
 
 type FastdropFdField uint32
@@ -92,7 +94,8 @@ const (
 	FastdropFdFieldFD_FLD_DST6  FastdropFdField = 7
 	FastdropFdFieldFD_FLD_TTL   FastdropFdField = 8
 	FastdropFdFieldFD_FLD_FLAGS FastdropFdField = 9
-	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 10
+	FastdropFdFieldFD_FLD_DSCP  FastdropFdField = 10
+	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 11
 )
 
 type FastdropFdLayout uint32
@@ -101,7 +104,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND   FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS       FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS          FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 3
+	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 4
 	FastdropFdLayoutFD_REC_SIZE       FastdropFdLayout = 128
 	FastdropFdLayoutFD_COUNTER_SIZE   FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6ENT_SIZE     FastdropFdLayout = 32
@@ -114,37 +117,37 @@ const (
 	FastdropFdLayoutFD_DIRECT         FastdropFdLayout = 65536
 	FastdropFdLayoutFD_FRONT_PORTS_N  FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N  FastdropFdLayout = 1024
-	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 197376
-	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 262912
-	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 328448
-	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 393984
-	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 459520
+	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 197440
+	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 262976
+	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 328512
+	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 394048
+	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 459584
 	FastdropFdLayoutFD_TAB_CHUNK      FastdropFdLayout = 256
 	FastdropFdLayoutFD_TAB_CHUNKS     FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2556672
-	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2818816
-	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2819840
+	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2556736
+	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2818880
+	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2819904
 	FastdropFdLayoutFD_TAB_W4L1       FastdropFdLayout = 1048576
 	FastdropFdLayoutFD_TAB_W4CHUNK    FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4916992
+	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4917056
 	FastdropFdLayoutFD_TAB_W4CHUNKS   FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5441280
+	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5441344
 	FastdropFdLayoutFD_TAB_EXT        FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD       FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 10240
+	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 11264
 	FastdropFdLayoutFD_BM_FRONTS      FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 14336
-	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 197376
-	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 198400
-	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 199424
-	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 200448
-	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 201472
-	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 463616
-	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 464640
+	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 15360
+	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 197440
+	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 198464
+	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 199488
+	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 200512
+	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 201536
+	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 463680
+	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 464704
 	FastdropFdLayoutFD_CLS_TAB        FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10882560
-	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11341312
-	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 15058432
+	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10882688
+	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11374208
+	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 15091840
 	FastdropFdLayoutFD_V4TBL24        FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX   FastdropFdLayout = 11
@@ -152,8 +155,8 @@ const (
 	FastdropFdLayoutFD_MAIN_STAMP     FastdropFdLayout = 64
 	FastdropFdLayoutFD_MAIN_HALF      FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 15062528
-	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82171392
+	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 15095936
+	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82204800
 	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
@@ -172,6 +175,7 @@ const (
 	FastdropFdRecFlagsFD_REC_FRAG  FastdropFdRecFlags = 32
 	FastdropFdRecFlagsFD_REC_TTL   FastdropFdRecFlags = 64
 	FastdropFdRecFlagsFD_REC_FLAGS FastdropFdRecFlags = 128
+	FastdropFdRecFlagsFD_REC_DSCP  FastdropFdRecFlags = 256
 )
 
 type FastdropFdRuleRec struct {
@@ -198,7 +202,10 @@ type FastdropFdRuleRec struct {
 	TcpSet     uint8
 	TcpClear   uint8
 	TcpExact   uint8
-	Match      [24]uint8
+	DscpLo     uint8
+	DscpHi     uint8
+	DscpNamed  uint8
+	Match      [21]uint8
 	Reserved   [32]uint8
 }
 

@@ -55,7 +55,10 @@ type LpmtrieFdRuleRec struct {
 	TcpSet     uint8
 	TcpClear   uint8
 	TcpExact   uint8
-	Match      [24]uint8
+	DscpLo     uint8
+	DscpHi     uint8
+	DscpNamed  uint8
+	Match      [21]uint8
 	Reserved   [32]uint8
 }
 
