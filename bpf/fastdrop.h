@@ -48,7 +48,9 @@ enum fd_field {
 	FD_FLD_TTL = 8,
 	FD_FLD_FLAGS = 9,
 	FD_FLD_DSCP = 10,
-	FD_FLD_MAX = 11,
+	FD_FLD_TYPE = 11,
+	FD_FLD_CODE = 12,
+	FD_FLD_MAX = 13,
 };
 
 /* The direct fields: compound-rule fields whose value in a frame (8 or 16
@@ -75,7 +77,9 @@ enum fd_field {
 	X(PROTO, proto, 8, FRONT)      \
 	X(TTL, ttl, 8, IP)             \
 	X(FLAGS, tcpflags, 8, PORTS)   \
-	X(DSCP, dscp, 6, IP)
+	X(DSCP, dscp, 6, IP)           \
+	X(TYPE, icmp_type, 8, IP)      \
+	X(CODE, icmp_code, 8, IP)
 
 /* The direct tables' offsets: each table's first entry, then its last
  * (FD_DIR_<NAME>_END), so that the next starts right after it; FD_DIR_END
@@ -101,7 +105,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 4,
+	FD_LAYOUT_VERSION = 5,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 128,    /* struct fd_rule_rec */
@@ -376,9 +380,14 @@ struct fd_rule_rec {
 	__u8 dscp_lo;
 	__u8 dscp_hi;
 	__u8 dscp_named; /* 1: written by name (ef, af11, cs1, ...) */
+	__u8 type_lo;    /* ICMP / ICMPv6 type */
+	__u8 type_hi;
+	__u8 type_named;
+	__u8 code_lo;
+	__u8 code_hi;
 	/* Room for the values of match fields to come (FlowSpec's, issue
 	 * 20): match fields take their bytes from here, top down. */
-	__u8 match[21];
+	__u8 match[16];
 	/* For origin / sample / limit parameters: other features take their
 	 * bytes from here (and shrink it), never from the match fields'. */
 	__u8 reserved[32];
@@ -398,6 +407,8 @@ enum fd_rec_flags {
 	FD_REC_TTL = 64,
 	FD_REC_FLAGS = 128,
 	FD_REC_DSCP = 256,
+	FD_REC_TYPE = 512,
+	FD_REC_CODE = 1024,
 };
 
 /* What xdp_fastdrop_trace prepends to the frame in a test run. */
@@ -423,6 +434,8 @@ struct fd_pkt {
 	__u8 ttl;      /* IPv4 TTL, IPv6 hop limit */
 	__u8 tcpflags; /* TCP header byte 13 (CWR ... FIN), when has_ports; 0 for UDP */
 	__u8 dscp;     /* the top 6 bits of the IPv4 TOS / IPv6 traffic class */
+	__u8 icmp_type; /* ICMP or ICMPv6 (first fragments), else 0 */
+	__u8 icmp_code;
 	__u8 nonfirst; /* a fragment with offset != 0 */
 	__u8 has_ports;
 	__u8 kind; /* family (0, 4 or 8) | nonfirst << 1 | has_ports */
@@ -1017,6 +1030,18 @@ static __always_inline int fd_ports(struct fd_pkt *p, void *pos, void *data_end)
 	return 0;
 }
 
+/* fd_icmp reads the type and code of a first ICMP or ICMPv6 fragment at
+ * pos and adds them to p; -1 if its first 4 bytes (type, code, checksum)
+ * are cut short. */
+static __always_inline int fd_icmp(struct fd_pkt *p, void *pos, void *data_end)
+{
+	if (pos + 4 > data_end)
+		return -1;
+	p->icmp_type = ((__u8 *)pos)[0];
+	p->icmp_code = ((__u8 *)pos)[1];
+	return 0;
+}
+
 /* What fd_decide needs besides the frame. */
 struct fd_env {
 	const struct fd_half *h;
@@ -1071,6 +1096,8 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	p.sport = 0;
 	p.dport = 0;
 	p.tcpflags = 0;
+	p.icmp_type = 0;
+	p.icmp_code = 0;
 
 	if (et == ETH_P_IP) {
 		struct iphdr *iph;
@@ -1095,6 +1122,9 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 				return fd_malformed(len, decide, arg);
 			return decide(arg, &p);
 		}
+		if ((proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6) &&
+		    fd_icmp(&p, nh.pos, data_end) < 0)
+			return fd_malformed(len, decide, arg);
 		return decide(arg, &p);
 	}
 	if (et == ETH_P_IPV6) {
@@ -1125,6 +1155,9 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 				return fd_malformed(len, decide, arg);
 			return decide(arg, &p);
 		}
+		if ((proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6) &&
+		    fd_icmp(&p, nh.pos, data_end) < 0)
+			return fd_malformed(len, decide, arg);
 		return decide(arg, &p);
 	}
 	/* Not IP: nothing says how long the frame is but the frame. */

@@ -253,6 +253,8 @@ const (
 	recTTL     = 67
 	recTCPSet  = 69 // then tcp_clear, tcp_exact
 	recDSCP    = 72 // dscp_lo, dscp_hi, dscp_named
+	recType    = 75 // type_lo, type_hi, type_named
+	recCode    = 78 // code_lo, code_hi
 )
 
 // recLive reports whether a record with generations added and removed is
@@ -534,7 +536,7 @@ func kindAllows(r *Rule, fam int, nonfirst, ports bool) bool {
 		if !f.isSet(r) {
 			continue
 		}
-		if f.ip && fam == 0 || f.frames == framesPorts && !ports || f.frames == framesNonfirst && !nonfirst {
+		if f.ip && fam == 0 || f.frames == framesPorts && !ports || f.frames == framesNonfirst && !nonfirst || f.frames == framesFirst && nonfirst {
 			return false
 		}
 		if f.store == storePrefix {

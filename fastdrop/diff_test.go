@@ -228,6 +228,23 @@ func (g *diffGen) compound() Rule {
 		if r.HasProto && r.Proto == ProtoTCP && g.rng.IntN(2) == 0 {
 			r.TCPFlags = g.tcpFlags()
 		}
+		if r.HasProto && (r.Proto == ProtoICMP || r.Proto == ProtoICMPv6) && !r.Fragment {
+			types := []uint8{0, 3, 8, 11, 1, 128, 129, 135}
+			if g.rng.IntN(2) == 0 {
+				lo, hi := types[g.rng.IntN(len(types))], types[g.rng.IntN(len(types))]
+				if g.rng.IntN(2) == 0 {
+					hi = lo
+				}
+				r.ICMPType = &ICMPType{Lo: min(lo, hi), Hi: max(lo, hi)}
+				if lo == hi && icmpTypeName(r.Proto, lo) != "" && g.rng.IntN(2) == 0 {
+					r.ICMPType.Named = true
+				}
+			}
+			if g.rng.IntN(3) == 0 {
+				c := uint8(g.rng.IntN(16))
+				r.ICMPCode = &ByteRange{Lo: c, Hi: c + uint8(g.rng.IntN(3))}
+			}
+		}
 		if g.rng.IntN(6) == 0 {
 			lo, hi := g.dscp(), g.dscp()
 			if g.rng.IntN(2) == 0 {

@@ -181,3 +181,63 @@ drop dscp 0 dst 192.0.2.0/24          # 3
 	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
 	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
 }
+
+// TestKernelICMP: type and code match the first two bytes of the ICMP or
+// ICMPv6 header, by number, range or (type) name, of first fragments only;
+// an ICMP header cut short of type, code and checksum is malformed.
+func TestKernelICMP(t *testing.T) {
+	rules := `
+malformed drop
+drop icmp type echo-request               # 0
+drop icmp type 3 code 4                   # 1
+drop icmpv6 type 128-129                  # 2
+pass icmp code 9-10 src 192.0.2.0/24      # 3
+drop icmpv6 type nd-neighbor-solicit      # 4
+`
+	icmp4 := func(src string, typ, code uint8) frames.Spec {
+		s := spec4(src, "198.51.100.2", frames.ProtoICMP, 0, 0)
+		s.ICMPType, s.ICMPCode = typ, code
+		return s
+	}
+	icmp6 := func(typ, code uint8, ext ...frames.ExtHeader) frames.Spec {
+		s := spec6("2001:db8::1", "2001:db8::2", frames.ProtoICMPv6, 0, 0, ext...)
+		s.ICMPType, s.ICMPCode = typ, code
+		return s
+	}
+	cut := func(s frames.Spec, n int) []byte {
+		f := s.Build()
+		b := f.Bytes[:f.L4+n]
+		// The IP length fields say what is left, so only the ICMP
+		// header is short.
+		if s.Src.Is4() {
+			b[f.L3+2], b[f.L3+3] = 0, byte(f.L4-f.L3+n)
+		} else {
+			b[f.L3+4], b[f.L3+5] = 0, byte(f.L4-f.L3-40+n)
+		}
+		return b
+	}
+	cases := []matchCase{
+		{"echo request", icmp4("198.51.100.1", 8, 0).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"echo reply", icmp4("198.51.100.1", 0, 0).Build().Bytes, kDefault(ActionPass)},
+		{"unreachable code 4", icmp4("198.51.100.1", 3, 4).Build().Bytes, kCompound(ActionDrop, 1)},
+		{"unreachable code 3", icmp4("198.51.100.1", 3, 3).Build().Bytes, kDefault(ActionPass)},
+		{"tagged unreachable code 4", tagged(icmp4("198.51.100.1", 3, 4), frames.TPID8021AD).Build().Bytes, kCompound(ActionDrop, 1)},
+		{"ICMPv6 echo request", icmp6(128, 0).Build().Bytes, kCompound(ActionDrop, 2)},
+		{"ICMPv6 echo reply after extension headers", icmp6(129, 0, exth(frames.ProtoDestOpts, 0), exth(frames.ProtoRouting, 0)).Build().Bytes, kCompound(ActionDrop, 2)},
+		{"ICMPv6 type 8 is not ICMP's", icmp6(8, 0).Build().Bytes, kDefault(ActionPass)},
+		{"ICMPv6 neighbor solicitation", icmp6(135, 0).Build().Bytes, kCompound(ActionDrop, 4)},
+		{"code 10 from the prefix", icmp4("192.0.2.5", 5, 10).Build().Bytes, kCompound(ActionPass, 3)},
+		{"code 10 from elsewhere", icmp4("198.51.100.1", 5, 10).Build().Bytes, kDefault(ActionPass)},
+		{"non-first fragment: no ICMP header", func() []byte {
+			s := icmp4("198.51.100.1", 8, 0)
+			s.IPv4FragOffset = 5
+			return s.Build().Bytes
+		}(), kDefault(ActionPass)},
+		{"non-first IPv6 fragment", icmp6(128, 0, frag6h(9, false)).Build().Bytes, kDefault(ActionPass)},
+		{"ICMP header of 4 bytes", cut(icmp4("198.51.100.1", 8, 0), 4), kCompound(ActionDrop, 0)},
+		{"ICMP header of 3 bytes: malformed", cut(icmp4("198.51.100.1", 8, 0), 3), kMalformed(ActionDrop)},
+		{"ICMPv6 header of 1 byte: malformed", cut(icmp6(128, 0), 1), kMalformed(ActionDrop)},
+	}
+	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
+	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
+}

@@ -20,6 +20,7 @@ var layoutFingerprints = map[uint32]string{
 	2: "2d5d68a22a76175d", // records of 128 bytes; direct tables FD_DIR_*; ttl
 	3: "44bd7b78f3997bb1", // tcp flags
 	4: "30650b15218f239e", // dscp
+	5: "811093bcdce54f4a", // icmp type and code
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

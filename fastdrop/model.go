@@ -86,8 +86,11 @@ type packet struct {
 	ttl       uint8 // IPv4 TTL or IPv6 hop limit
 	tcpFlags  uint8 // TCP header byte 13, when hasPorts and TCP
 	dscp      uint8 // IPv4 TOS / IPv6 traffic class >> 2
-	fragment  bool  // non-first fragment (offset != 0)
-	hasPorts  bool  // TCP or UDP and not a non-first fragment
+	hasICMP   bool  // ICMP or ICMPv6 (protocol 1 or 58), not a non-first fragment
+	icmpType  uint8
+	icmpCode  uint8
+	fragment  bool // non-first fragment (offset != 0)
+	hasPorts  bool // TCP or UDP and not a non-first fragment
 	sport     uint16
 	dport     uint16
 }
@@ -287,6 +290,13 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 		if pkt.proto == ProtoTCP {
 			pkt.tcpFlags = b[l4+13]
 		}
+	case ProtoICMP, ProtoICMPv6:
+		// Type, code and checksum: the header every ICMP message has.
+		if !have(l4 + 4) {
+			return pkt, false, ext
+		}
+		pkt.hasICMP = true
+		pkt.icmpType, pkt.icmpCode = b[l4], b[l4+1]
 	}
 	return pkt, true, ext
 }

@@ -104,6 +104,8 @@ type Rule struct {
 	TTL       *ByteRange // nil = any; the IPv4 TTL or IPv6 hop limit
 	TCPFlags  *TCPFlags  // nil = any; needs HasProto with Proto 6 (tcp)
 	DSCP      *DSCPRange // nil = any; the IPv4 TOS / IPv6 traffic class >> 2
+	ICMPType  *ICMPType  // nil = any; needs HasProto with Proto 1 (icmp) or 58 (icmpv6)
+	ICMPCode  *ByteRange // nil = any; as ICMPType
 	Line      int        // 1-based line in the rule file, 0 if built in code
 }
 

@@ -78,7 +78,11 @@ const (
 	FastdropFdDirectFD_DIR_FLAGS_END FastdropFdDirect = 197375
 	FastdropFdDirectFD_DIR_DSCP      FastdropFdDirect = 197376
 	FastdropFdDirectFD_DIR_DSCP_END  FastdropFdDirect = 197439
-	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 197440
+	FastdropFdDirectFD_DIR_TYPE      FastdropFdDirect = 197440
+	FastdropFdDirectFD_DIR_TYPE_END  FastdropFdDirect = 197695
+	FastdropFdDirectFD_DIR_CODE      FastdropFdDirect = 197696
+	FastdropFdDirectFD_DIR_CODE_END  FastdropFdDirect = 197951
+	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 197952
 )
 
 type FastdropFdField uint32
@@ -95,7 +99,9 @@ const (
 	FastdropFdFieldFD_FLD_TTL   FastdropFdField = 8
 	FastdropFdFieldFD_FLD_FLAGS FastdropFdField = 9
 	FastdropFdFieldFD_FLD_DSCP  FastdropFdField = 10
-	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 11
+	FastdropFdFieldFD_FLD_TYPE  FastdropFdField = 11
+	FastdropFdFieldFD_FLD_CODE  FastdropFdField = 12
+	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 13
 )
 
 type FastdropFdLayout uint32
@@ -104,7 +110,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND   FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS       FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS          FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 4
+	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 5
 	FastdropFdLayoutFD_REC_SIZE       FastdropFdLayout = 128
 	FastdropFdLayoutFD_COUNTER_SIZE   FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6ENT_SIZE     FastdropFdLayout = 32
@@ -117,37 +123,37 @@ const (
 	FastdropFdLayoutFD_DIRECT         FastdropFdLayout = 65536
 	FastdropFdLayoutFD_FRONT_PORTS_N  FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N  FastdropFdLayout = 1024
-	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 197440
-	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 262976
-	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 328512
-	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 394048
-	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 459584
+	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 197952
+	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 263488
+	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 329024
+	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 394560
+	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 460096
 	FastdropFdLayoutFD_TAB_CHUNK      FastdropFdLayout = 256
 	FastdropFdLayoutFD_TAB_CHUNKS     FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2556736
-	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2818880
-	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2819904
+	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2557248
+	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2819392
+	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2820416
 	FastdropFdLayoutFD_TAB_W4L1       FastdropFdLayout = 1048576
 	FastdropFdLayoutFD_TAB_W4CHUNK    FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4917056
+	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4917568
 	FastdropFdLayoutFD_TAB_W4CHUNKS   FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5441344
+	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5441856
 	FastdropFdLayoutFD_TAB_EXT        FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD       FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 11264
+	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 13312
 	FastdropFdLayoutFD_BM_FRONTS      FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 15360
-	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 197440
-	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 198464
-	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 199488
-	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 200512
-	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 201536
-	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 463680
-	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 464704
+	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 17408
+	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 197952
+	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 198976
+	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 200000
+	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 201024
+	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 202048
+	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 464192
+	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 465216
 	FastdropFdLayoutFD_CLS_TAB        FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10882688
-	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11374208
-	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 15091840
+	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10883712
+	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11440768
+	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 15162496
 	FastdropFdLayoutFD_V4TBL24        FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX   FastdropFdLayout = 11
@@ -155,8 +161,8 @@ const (
 	FastdropFdLayoutFD_MAIN_STAMP     FastdropFdLayout = 64
 	FastdropFdLayoutFD_MAIN_HALF      FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 15095936
-	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82204800
+	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 15166592
+	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82275456
 	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
@@ -176,6 +182,8 @@ const (
 	FastdropFdRecFlagsFD_REC_TTL   FastdropFdRecFlags = 64
 	FastdropFdRecFlagsFD_REC_FLAGS FastdropFdRecFlags = 128
 	FastdropFdRecFlagsFD_REC_DSCP  FastdropFdRecFlags = 256
+	FastdropFdRecFlagsFD_REC_TYPE  FastdropFdRecFlags = 512
+	FastdropFdRecFlagsFD_REC_CODE  FastdropFdRecFlags = 1024
 )
 
 type FastdropFdRuleRec struct {
@@ -205,7 +213,12 @@ type FastdropFdRuleRec struct {
 	DscpLo     uint8
 	DscpHi     uint8
 	DscpNamed  uint8
-	Match      [21]uint8
+	TypeLo     uint8
+	TypeHi     uint8
+	TypeNamed  uint8
+	CodeLo     uint8
+	CodeHi     uint8
+	Match      [16]uint8
 	Reserved   [32]uint8
 }
 

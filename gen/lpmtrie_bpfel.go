@@ -58,7 +58,12 @@ type LpmtrieFdRuleRec struct {
 	DscpLo     uint8
 	DscpHi     uint8
 	DscpNamed  uint8
-	Match      [21]uint8
+	TypeLo     uint8
+	TypeHi     uint8
+	TypeNamed  uint8
+	CodeLo     uint8
+	CodeHi     uint8
+	Match      [16]uint8
 	Reserved   [32]uint8
 }
 
