@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* The fast-drop program: evaluates each frame against the active rule set
- * (fastdrop.h) and drops or passes it, counting per rule and per verdict.
+ * (fastdrop.h) and drops, passes or redirects it to the AF_XDP socket of
+ * its rx queue, counting per rule and per verdict. It is also the
+ * redirect program: xdpdrop drop and xdpdrop redirect share it, and its
+ * maps, on an interface.
  * The kernel LPM-trie program the benchmarks compare against is in
  * lpmtrie.c, an object of its own. */
 #include "fastdrop.h"
@@ -40,10 +43,9 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 	r = fd_match(&m->half[half], ctx, &bytes);
 	if (bytes & PARSE_LEN_CHECK)
 		fd_check_len(&ctx_slot, &h_slot, &bytes, &r);
-	verdict = fd_xdp_action(fd_val_action(r.val));
-
 	/* One counter per frame: its slot's action gives the verdict. */
 	fd_count(fd_val_slot(r.val), bytes);
+	verdict = fd_xdp_verdict(ctx_slot, fd_val_action(r.val), bytes);
 
 	if (trace) {
 		struct fd_trace_rec *t;

@@ -5,7 +5,10 @@
  * in front of AF_XDP sockets) can include it and act on fd_match()'s result.
  *
  * Evaluation order (docs/RULES.md): malformed -> compound rules (first
- * match in file order) -> longest source prefix -> default policy.
+ * match in rule-set order) -> longest source prefix -> late compound rules
+ * (the redirect command's, fd_conf.late_from) -> default policy. A
+ * frame whose action is redirect goes to the AF_XDP socket of its rx
+ * queue in fd_xsks (fd_xdp_verdict), or to the stack if none is bound.
  *
  * Every table exists twice ("halves"), or, for the IPv4 group pools, is
  * shared by the halves and changed copy-on-write. Packets read
@@ -47,10 +50,11 @@ enum fd_field {
 	FD_FLD_DST6 = 7,
 	FD_FLD_TTL = 8,
 	FD_FLD_FLAGS = 9,
-	FD_FLD_DSCP = 10,
-	FD_FLD_TYPE = 11,
-	FD_FLD_CODE = 12,
-	FD_FLD_MAX = 13,
+	FD_FLD_QUEUE = 10,
+	FD_FLD_DSCP = 11,
+	FD_FLD_TYPE = 12,
+	FD_FLD_CODE = 13,
+	FD_FLD_MAX = 14,
 };
 
 /* The direct fields: compound-rule fields whose value in a frame (8 or 16
@@ -63,7 +67,9 @@ enum fd_field {
  *          frame reads first (fd_front_ports, fd_front_proto); ether is
  *          read by name for frames that are not IP;
  *   PORTS  TCP and UDP frames that are not non-first fragments;
- *   IP     every IPv4 and IPv6 frame.
+ *   IP     every IPv4 and IPv6 frame;
+ *   ANY    every frame (queue: the rx queue, FD_QUEUES for the queues
+ *          above, which no rule's range holds).
  * The classifiers (fd_compound, fd_compound64) read the PORTS and IP
  * fields generically, in this order. Each has the entry of the same name
  * in fastdrop/fields.go's matchFields (its direct member: fd_field, FD_DIR_
@@ -77,6 +83,7 @@ enum fd_field {
 	X(PROTO, proto, 8, FRONT)      \
 	X(TTL, ttl, 8, IP)             \
 	X(FLAGS, tcpflags, 8, PORTS)   \
+	X(QUEUE, queue, 9, ANY)        \
 	X(DSCP, dscp, 6, IP)           \
 	X(TYPE, icmp_type, 8, IP)      \
 	X(CODE, icmp_code, 8, IP)
@@ -105,10 +112,11 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 5,
+	FD_LAYOUT_VERSION = 6,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 128,    /* struct fd_rule_rec */
+	FD_ORIGIN_LEN = 16,   /* fd_rule_rec.origin */
 	FD_COUNTER_SIZE = 16, /* struct counter */
 	FD_V6_ENT_SIZE = 32,  /* struct fd_v6_ent */
 
@@ -135,6 +143,10 @@ enum fd_layout {
 	/* Entries of the front tables (see fd_front_ports, fd_front_proto). */
 	FD_FRONT_PORTS_N = 4 * FD_DIRECT, /* (IPv6, UDP) x dport */
 	FD_FRONT_PROTO_N = 4 * 256,       /* (IPv6, non-first fragment) x proto */
+	/* rx queues: a rule names queues 0 to FD_QUEUES - 1 (the XSKMAP has
+	 * a slot for each); a frame of a higher queue is indexed as
+	 * FD_QUEUES, which no queue range holds. */
+	FD_QUEUES = 256,
 
 	/* fd_cls_half.tab: u16 class ids, FD_TAB_HALF per half. The direct
 	 * tables (FD_DIR_*), then the first 16 bits of each address field,
@@ -241,6 +253,7 @@ _Static_assert(FD_TAB_W4L1 == 1 << 20 && FD_TAB_W4CHUNK == 1 << 12, "W4 tries: 2
 _Static_assert(FD_TAB_W4POOL - FD_TAB_W4 >= 2 * FD_TAB_W4L1, "two first levels (source, destination)");
 _Static_assert(FD_POW2(FD_TAB_W4CHUNKS) && FD_TAB_W4CHUNKS <= FD_TAB_EXT, "W4 chunks: masked, and a u16 entry names one");
 _Static_assert(FD_TAB_HALF - FD_TAB_W4POOL >= FD_TAB_W4CHUNKS * FD_TAB_W4CHUNK, "W4 chunks");
+_Static_assert(FD_QUEUES < 1 << 9, "queue: 9 bits hold the queues and FD_QUEUES");
 /* fd_cls_half.bm */
 _Static_assert(FD_POW2(FD_BM_FIELD) && FD_BM_FIELD <= FD_TAB_EXT, "field classes: masked, below the chunk bit");
 _Static_assert(FD_BM_FRONT >= FD_FLD_MAX * FD_BM_FIELD, "the fields' bitmaps");
@@ -319,6 +332,11 @@ struct fd_conf {
 	/* With at most 64 compound rules, the same by fd_ctz_hash of the
 	 * rule's bit: a match's val is one read after its bitmap. */
 	__u32 crule_h[64];
+	/* Compound rules from this position on are late: a frame they match
+	 * is looked up in the prefix rules first, and a prefix rule that
+	 * matches wins (the redirect command's rules come after every rule
+	 * of the drop command, its prefix rules too). ncompound when none. */
+	__u32 late_from;
 };
 
 /* One half of the compound-rule tables. */
@@ -377,6 +395,8 @@ struct fd_rule_rec {
 	__u8 tcp_set;   /* flags: bits that must be set */
 	__u8 tcp_clear; /* flags: bits that must be clear */
 	__u8 tcp_exact; /* flags: 1 for ==, the byte is exactly tcp_set */
+	__u16 queue_lo;
+	__u16 queue_hi;
 	__u8 dscp_lo;
 	__u8 dscp_hi;
 	__u8 dscp_named; /* 1: written by name (ef, af11, cs1, ...) */
@@ -386,16 +406,19 @@ struct fd_rule_rec {
 	__u8 code_lo;
 	__u8 code_hi;
 	/* Room for the values of match fields to come (FlowSpec's, issue
-	 * 20): match fields take their bytes from here, top down. */
-	__u8 match[16];
-	/* For origin / sample / limit parameters: other features take their
-	 * bytes from here (and shrink it), never from the match fields'. */
-	__u8 reserved[32];
+	 * 20): match fields take their bytes from here. */
+	__u8 match[12];
+	/* Where the rule came from (fastdrop.Rule.Origin): a name of at most
+	 * FD_ORIGIN_LEN bytes, NUL-padded; all NUL for the default origin. */
+	char origin[FD_ORIGIN_LEN];
+	/* For sample / limit parameters: other features take their bytes
+	 * from here (and shrink it), never from the match fields'. */
+	__u8 reserved[16];
 };
 
 _Static_assert(sizeof(struct fd_rule_rec) == FD_REC_SIZE, "fd_rule_rec size");
-_Static_assert(__builtin_offsetof(struct fd_rule_rec, reserved) + 24 <= FD_REC_SIZE,
-	       "at least 24 bytes reserved for the features after the match fields");
+_Static_assert(__builtin_offsetof(struct fd_rule_rec, origin) + FD_ORIGIN_LEN + 16 <= FD_REC_SIZE,
+	       "the origin and at least 16 bytes reserved for the features after the match fields");
 
 enum fd_rec_flags {
 	FD_REC_SRC = 1,
@@ -406,9 +429,10 @@ enum fd_rec_flags {
 	FD_REC_FRAG = 32,
 	FD_REC_TTL = 64,
 	FD_REC_FLAGS = 128,
-	FD_REC_DSCP = 256,
-	FD_REC_TYPE = 512,
-	FD_REC_CODE = 1024,
+	FD_REC_QUEUE = 256,
+	FD_REC_DSCP = 512,
+	FD_REC_TYPE = 1024,
+	FD_REC_CODE = 2048,
 };
 
 /* What xdp_fastdrop_trace prepends to the frame in a test run. */
@@ -439,6 +463,7 @@ struct fd_pkt {
 	__u8 nonfirst; /* a fragment with offset != 0 */
 	__u8 has_ports;
 	__u8 kind; /* family (0, 4 or 8) | nonfirst << 1 | has_ports */
+	__u16 queue; /* rx queue, FD_QUEUES for the queues above */
 };
 
 FD_DIRECT_FIELDS(FD_X_FITS)
@@ -554,6 +579,32 @@ struct {
 /* Counter slots per CPU (in each value of fd_counters). */
 volatile const __u32 fd_counter_slots = 1024;
 
+/* AF_XDP sockets by rx queue: a frame whose action is redirect goes to
+ * the socket of its queue, or to the stack when the slot is empty. */
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, FD_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} fd_xsks SEC(".maps");
+
+/* What became of the frames a redirect rule (or policy) chose, by rx
+ * queue: key queue * FD_XSK_VERDICTS + enum fd_xsk_verdict; the queues
+ * from FD_QUEUES up share the slots of FD_QUEUES. Only those frames pay
+ * for it. */
+enum fd_xsk_verdict {
+	FD_XSK_REDIRECTED = 0, /* handed to the queue's socket */
+	FD_XSK_NO_SOCKET = 1,  /* no socket on the queue: to the stack */
+	FD_XSK_VERDICTS = 2,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, (FD_QUEUES + 1) * FD_XSK_VERDICTS);
+	__type(key, __u32);
+	__type(value, struct counter);
+} fd_xsk_counters SEC(".maps");
+
 /* Never read: it makes the types user space needs (and nothing above
  * references) part of the BTF, so bpf2go exports them to Go. */
 volatile const struct {
@@ -562,6 +613,7 @@ volatile const struct {
 	enum fd_direct direct;
 	enum fd_layout layout;
 	enum fd_rec_flags rec_flags;
+	enum fd_xsk_verdict xsk_verdict;
 	struct fd_trace_rec trace;
 	struct fd_v6_ent v6;
 	struct fd_state state;
@@ -695,9 +747,11 @@ static __always_inline __u32 fd_front_proto(const struct fd_pkt *p)
 #define FD_AFTER_FRONT 0
 #define FD_AFTER_PORTS 1
 #define FD_AFTER_IP 1
+#define FD_AFTER_ANY 1
 #define FD_HAS_FRONT(p) 0
 #define FD_HAS_PORTS(p) ((p)->has_ports)
 #define FD_HAS_IP(p) 1
+#define FD_HAS_ANY(p) 1
 /* The direct fields read after the front table, as fd_conf.fields bits. */
 #define FD_X_AFTER(NAME, MEMBER, BITS, WHEN) | (FD_AFTER_##WHEN << FD_FLD_##NAME)
 #define FD_FLD_DIR_AFTER (0 FD_DIRECT_FIELDS(FD_X_AFTER))
@@ -718,6 +772,20 @@ static __always_inline __u32 fd_front_proto(const struct fd_pkt *p)
 		if (!acc)                                                              \
 			return -1;                                                     \
 	}
+/* The same for a frame that is not IP: only the fields every frame has
+ * (ANY; ether is read by name). */
+#define FD_NONIP_FRONT 0
+#define FD_NONIP_PORTS 0
+#define FD_NONIP_IP 0
+#define FD_NONIP_ANY 1
+#define FD_X_AND_NONIP(NAME, MEMBER, BITS, WHEN)                                              \
+	if (FD_NONIP_##WHEN && (fields & (1 << FD_FLD_##NAME))) {                              \
+		if (!fd_bm_and(&acc, t, FD_FLD_##NAME, t->tab[FD_DIR_##NAME + FD_DIR_VAL(p, MEMBER, BITS)])) \
+			return -1;                                                             \
+	}
+#define FD_X_AND64_NONIP(NAME, MEMBER, BITS, WHEN)                    \
+	if (FD_NONIP_##WHEN && (fields & (1 << FD_FLD_##NAME)))         \
+		acc &= t->b64[FD_DIR_##NAME + FD_DIR_VAL(p, MEMBER, BITS)];
 
 /* fd_compound returns the position of the first compound rule that
  * matches p, or -1. Each field used by some rule maps the frame's value to
@@ -741,12 +809,13 @@ static __always_inline int fd_compound(const struct fd_conf *c, const struct fd_
 		return -1;
 	fields = c->fields;
 	if (!p->family) {
-		/* Not IP: only the EtherType. */
+		/* Not IP: only the EtherType and the queue. */
 		acc = c->kind[0];
 		if (fields & (1 << FD_FLD_ETHER)) {
 			if (!fd_bm_and(&acc, t, FD_FLD_ETHER, t->tab[FD_DIR_ETHER + p->ethertype]))
 				return -1;
 		}
+		FD_DIRECT_FIELDS(FD_X_AND_NONIP)
 		return fd_bm_first(&acc);
 	}
 	if (p->has_ports)
@@ -825,10 +894,11 @@ static __always_inline int fd_compound64(const struct fd_conf *c, const struct f
 	} else if (p->family) {
 		acc = t->b64[FD_B64_FRONT + fd_front_proto(p)];
 	} else {
-		/* Not IP: only the EtherType. */
+		/* Not IP: only the EtherType and the queue. */
 		acc = c->kind[0].w[0];
 		if (fields & (1 << FD_FLD_ETHER))
 			acc &= t->b64[FD_DIR_ETHER + p->ethertype];
+		FD_DIRECT_FIELDS(FD_X_AND64_NONIP)
 		return acc ? fd_ctz_hash(acc) : -1;
 	}
 	if (!acc)
@@ -1098,6 +1168,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	p.tcpflags = 0;
 	p.icmp_type = 0;
 	p.icmp_code = 0;
+	p.queue = ctx->rx_queue_index < FD_QUEUES ? ctx->rx_queue_index : FD_QUEUES;
 
 	if (et == ETH_P_IP) {
 		struct iphdr *iph;
@@ -1179,7 +1250,7 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 	const struct fd_env *env = arg;
 	const struct fd_half *h = env->h;
 	const struct fd_conf *c = &h->conf;
-	struct fd_result r = {};
+	struct fd_result r = {}, late = {};
 	int i;
 
 	if (!p) {
@@ -1198,7 +1269,10 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 				r.class = FD_CLASS_COMPOUND;
 				r.index = fd_ctz_tab[i & 63]; /* for the trace only */
 				r.val = c->crule_h[i & 63];
-				return r;
+				if (r.index < c->late_from)
+					return r;
+				late = r;
+				r.val = 0;
 			}
 		} else {
 			i = fd_compound(c, t, p);
@@ -1206,7 +1280,10 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 				r.class = FD_CLASS_COMPOUND;
 				r.index = i & (FD_MAX_COMPOUND - 1);
 				r.val = c->crule[r.index];
-				return r;
+				if (r.index < c->late_from)
+					return r;
+				late = r;
+				r.val = 0;
 			}
 		}
 	}
@@ -1217,8 +1294,12 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 		r.val = fd_v6_lookup(c, p->src6[0], p->src6[1]);
 	if (r.val) {
 		r.class = FD_CLASS_PREFIX;
+		r.index = 0;
 		return r;
 	}
+	/* A late compound rule matched and no prefix rule did. */
+	if (late.val)
+		return late;
 
 	r.class = FD_CLASS_DEFAULT;
 	r.val = (c->policy << FD_VAL_ACT_SHIFT) | (FD_SLOT_DEFAULT + (c->policy & 3));
@@ -1259,11 +1340,38 @@ static __always_inline __u32 fd_val_action(__u32 val)
 	return (val >> FD_VAL_ACT_SHIFT) & 3;
 }
 
-/* The XDP verdict of a drop program for an action. */
+/* The XDP verdict of an action for a program with no sockets (the LPM
+ * trie benchmark's, lpmtrie.c): redirect passes. */
 static __always_inline __u32 fd_xdp_action(__u32 act)
 {
-	/* Redirect has no meaning here; user space never loads it. */
 	return act == FD_ACT_DROP ? XDP_DROP : XDP_PASS;
+}
+
+/* fd_redirect hands the frame to the AF_XDP socket of its rx queue, or
+ * to the stack when none is bound there (bpf_redirect_map's flags are the
+ * verdict for an empty slot), and counts which by queue. */
+static __noinline int fd_redirect(__u32 queue, __u64 bytes)
+{
+	__u32 q = queue < FD_QUEUES ? queue : FD_QUEUES;
+	__u32 key;
+	int verdict = bpf_redirect_map(&fd_xsks, queue, XDP_PASS);
+	struct counter *c;
+
+	key = q * FD_XSK_VERDICTS + (verdict == XDP_REDIRECT ? FD_XSK_REDIRECTED : FD_XSK_NO_SOCKET);
+	c = bpf_map_lookup_elem(&fd_xsk_counters, &key);
+	if (c)
+		count(c, bytes);
+	return verdict;
+}
+
+/* The XDP verdict for an action. */
+static __always_inline __u32 fd_xdp_verdict(struct xdp_md *ctx, __u32 act, __u64 bytes)
+{
+	if (act == FD_ACT_DROP)
+		return XDP_DROP;
+	if (act == FD_ACT_REDIRECT)
+		return fd_redirect(ctx->rx_queue_index, bytes);
+	return XDP_PASS;
 }
 
 static __always_inline __u32 fd_val_slot(__u32 val)

@@ -114,7 +114,15 @@ const (
 	fldDst4  = int(gen.FastdropFdFieldFD_FLD_DST4)
 	fldSrc6  = int(gen.FastdropFdFieldFD_FLD_SRC6)
 	fldDst6  = int(gen.FastdropFdFieldFD_FLD_DST6)
+	fldQueue = int(gen.FastdropFdFieldFD_FLD_QUEUE)
 	numField = int(gen.FastdropFdFieldFD_FLD_MAX)
+)
+
+// The rx queues a rule can name (0 to MaxQueue) and the entries of a
+// queue table: a frame of a higher queue is indexed as MaxQueue+1, in no
+// rule's range.
+const (
+	MaxQueue = int(gen.FastdropFdLayoutFD_QUEUES) - 1
 )
 
 // mkVal is what the program gets from a table: action and counter slot.
@@ -154,6 +162,9 @@ func compoundKeys(rules []Rule) map[int]string {
 			continue
 		}
 		s := rules[i].String()
+		if o := rules[i].Origin; o != "" {
+			s = o + "\x00" + s // the same text from two origins is two rules
+		}
 		seen[s]++
 		keys[i] = s + "#" + strconv.Itoa(seen[s])
 	}
@@ -230,6 +241,7 @@ const (
 	recFlagSport = uint32(gen.FastdropFdRecFlagsFD_REC_SPORT)
 	recFlagDport = uint32(gen.FastdropFdRecFlagsFD_REC_DPORT)
 	recFlagFrag  = uint32(gen.FastdropFdRecFlagsFD_REC_FRAG)
+	recFlagQueue = uint32(gen.FastdropFdRecFlagsFD_REC_QUEUE)
 )
 
 // Byte offsets in struct fd_rule_rec; TestRecordLayout checks them against
@@ -252,9 +264,12 @@ const (
 	recProto   = 66
 	recTTL     = 67
 	recTCPSet  = 69 // then tcp_clear, tcp_exact
-	recDSCP    = 72 // dscp_lo, dscp_hi, dscp_named
-	recType    = 75 // type_lo, type_hi, type_named
-	recCode    = 78 // code_lo, code_hi
+	recQueue   = 72 // queue_lo, queue_hi
+	recDSCP    = 76 // dscp_lo, dscp_hi, dscp_named
+	recType    = 79 // type_lo, type_hi, type_named
+	recCode    = 82 // code_lo, code_hi
+	recOrigin  = 96
+	originLen  = int(gen.FastdropFdLayoutFD_ORIGIN_LEN)
 )
 
 // recLive reports whether a record with generations added and removed is
@@ -278,6 +293,7 @@ func encodeRecord(b []byte, r *Rule, order, added, removed uint32) {
 		}
 	}
 	le.PutUint32(b[recFlags:], flags)
+	copy(b[recOrigin:recOrigin+originLen], r.Origin)
 	le.PutUint32(b[recLine:], uint32(max(r.Line, 0)))
 	le.PutUint32(b[recOrder:], order)
 	le.PutUint32(b[recAdded:], added)
@@ -307,6 +323,9 @@ func decodeRecordInto(b []byte, r *Rule) (order uint32) {
 		}
 	}
 	r.Line = int(le.Uint32(b[recLine:]))
+	if o := b[recOrigin : recOrigin+originLen]; o[0] != 0 {
+		r.Origin = internOrigin(o)
+	}
 	return le.Uint32(b[recOrder:])
 }
 
@@ -349,6 +368,8 @@ type classifier struct {
 	v4ps   [2][]netip.Prefix
 	// vals of the rules, in order (fd_conf.crule).
 	vals []uint32
+	// lateFrom: the rules from this position on are late (fd_conf.late_from).
+	lateFrom int
 	// rebuilt: compiled for the change being made (else kept from the
 	// last one).
 	rebuilt bool

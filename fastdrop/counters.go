@@ -35,6 +35,9 @@ type Counters struct {
 	// included).
 	Drop Counter `json:"drop"`
 	Pass Counter `json:"pass"`
+	// Redirect counts frames whose action was redirect (handed to a
+	// socket, or to the stack where none was bound: see QueueCounters).
+	Redirect Counter `json:"redirect"`
 	// Malformed counts frames the parser rejected (they got the
 	// malformed verdict and are also in Drop or Pass).
 	Malformed Counter `json:"malformed"`
@@ -68,6 +71,8 @@ func (e *Engine) Counters() (*Counters, error) {
 			c.Drop.add(n)
 		case ActionPass:
 			c.Pass.add(n)
+		case ActionRedirect:
+			c.Redirect.add(n)
 		}
 	}
 	for i := range e.rules {

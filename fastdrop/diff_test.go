@@ -190,10 +190,29 @@ func (g *diffGen) dscp() uint8 {
 	return diffDSCPs[g.rng.IntN(len(diffDSCPs))]
 }
 
+// diffQueues are the rx queues of the veth the differential tests run
+// frames on; rules name queues up to diffQueues+1, so some match none.
+const diffQueues = 8
+
+// action returns a random action: drop, pass or redirect.
+func (g *diffGen) action() Action { return Action(1 + g.rng.IntN(3)) }
+
+// origin returns a random origin: mostly the default, sometimes another
+// or a late one, so that the order of origins is tested too.
+func (g *diffGen) origin() string {
+	switch g.rng.IntN(6) {
+	case 0:
+		return OriginRedirect
+	case 1:
+		return "bgp"
+	}
+	return ""
+}
+
 // compound returns a random valid compound rule.
 func (g *diffGen) compound() Rule {
 	for {
-		r := Rule{Action: Action(1 + g.rng.IntN(2))}
+		r := Rule{Action: g.action(), Origin: g.origin()}
 		v6 := g.rng.IntN(2) == 0
 		if g.rng.IntN(3) == 0 {
 			r.Src = g.prefix(v6)
@@ -255,6 +274,13 @@ func (g *diffGen) compound() Rule {
 				r.DSCP.Named = true
 			}
 		}
+		if g.rng.IntN(3) == 0 {
+			lo, hi := uint16(g.rng.IntN(diffQueues+2)), uint16(g.rng.IntN(diffQueues+2))
+			if g.rng.IntN(2) == 0 {
+				hi = lo
+			}
+			r.Queue = &PortRange{Lo: min(lo, hi), Hi: max(lo, hi)}
+		}
 		if r.IsPrefixOnly() || r.Validate() != nil {
 			continue
 		}
@@ -265,7 +291,7 @@ func (g *diffGen) compound() Rule {
 // ruleSet returns a random valid rule set of up to maxCompound compound
 // rules and maxPrefix prefix rules, shuffled together.
 func (g *diffGen) ruleSet(maxCompound, maxPrefix int) *RuleSet {
-	rs := &RuleSet{Policy: Action(1 + g.rng.IntN(2)), Malformed: Action(1 + g.rng.IntN(2))}
+	rs := &RuleSet{Policy: g.action(), Malformed: Action(1 + g.rng.IntN(2))}
 	for range g.rng.IntN(maxCompound + 1) {
 		rs.Rules = append(rs.Rules, g.compound())
 	}
@@ -276,7 +302,7 @@ func (g *diffGen) ruleSet(maxCompound, maxPrefix int) *RuleSet {
 			continue
 		}
 		seen[p] = true
-		rs.Rules = append(rs.Rules, Rule{Action: Action(1 + g.rng.IntN(2)), Src: p})
+		rs.Rules = append(rs.Rules, Rule{Action: g.action(), Src: p, Origin: g.origin()})
 	}
 	g.rng.Shuffle(len(rs.Rules), func(i, j int) { rs.Rules[i], rs.Rules[j] = rs.Rules[j], rs.Rules[i] })
 	return rs
@@ -286,7 +312,7 @@ func ruleSetText(rs *RuleSet) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "policy %s\nmalformed %s\n", rs.EffectivePolicy(), rs.EffectiveMalformed())
 	for i, r := range rs.Rules {
-		fmt.Fprintf(&b, "%s # %d\n", r.String(), i)
+		fmt.Fprintf(&b, "%s # %d, origin %s\n", r.String(), i, OriginName(r.Origin))
 	}
 	return b.String()
 }
@@ -294,16 +320,22 @@ func ruleSetText(rs *RuleSet) string {
 // diffCheck runs frame through the kernel and the model and describes any
 // disagreement.
 func diffCheck(r *runner, m *Model, frame []byte) (string, error) {
-	want := m.Eval(frame)
+	return diffCheckOn(r, m, frame, 0, 0)
+}
+
+// diffCheckOn is diffCheck for a frame arriving on rx queue queue of the
+// interface with index ifindex.
+func diffCheckOn(r *runner, m *Model, frame []byte, ifindex, queue int) (string, error) {
+	want := m.EvalOn(frame, uint32(queue))
 	if len(frame) < 14 {
 		return "", nil // BPF_PROG_TEST_RUN refuses frames shorter than Ethernet
 	}
-	got, err := r.run(frame)
+	got, err := r.runOn(frame, ifindex, queue)
 	if err != nil {
 		return "", err
 	}
 	if got.Result != want {
-		return fmt.Sprintf("kernel %v, model %v", got, want), nil
+		return fmt.Sprintf("kernel %v, model %v (rx queue %d)", got, want, queue), nil
 	}
 	return "", nil
 }
@@ -321,12 +353,15 @@ func TestDifferential(t *testing.T) {
 		}
 	}
 	e := newTestEngine(t, testOptions)
+	// Test runs take an rx queue only with a device that has it.
+	veth := testenv.NewVeth(t, testenv.VethOptions{Queues: diffQueues})
 	g := newDiffGen(*diffSeed)
 	t.Logf("seed %d (-fastdrop.seed), %d frames (-fastdrop.frames)", *diffSeed, n)
 	const perSet = 1000
 	failures := 0
 	classes := make(map[ResultClass]int)
-	defer func() { t.Logf("decided by: %v", classes) }()
+	verdicts := make(map[Action]int)
+	defer func() { t.Logf("decided by: %v; verdicts %v", classes, verdicts) }()
 	for done := 0; done < n; {
 		maxCompound, maxPrefix := 12, 40
 		switch g.rng.IntN(10) {
@@ -343,8 +378,11 @@ func TestDifferential(t *testing.T) {
 		for range min(perSet, n-done) {
 			done++
 			frame := g.frame()
-			classes[m.Eval(frame).Class]++
-			msg, err := diffCheck(r, m, frame)
+			queue := g.rng.IntN(diffQueues)
+			res := m.EvalOn(frame, uint32(queue))
+			classes[res.Class]++
+			verdicts[res.Verdict]++
+			msg, err := diffCheckOn(r, m, frame, veth.Index, queue)
 			if err != nil {
 				t.Fatalf("frame %x: %v", frame, err)
 			}

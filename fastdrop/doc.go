@@ -1,5 +1,10 @@
 // Package fastdrop drops, passes or redirects frames at the XDP hook
-// according to a rule file.
+// according to a rule file. Redirect hands a frame to the AF_XDP socket
+// registered for its rx queue (RegisterSocket, sockets.go): the same
+// program serves xdpdrop drop and xdpdrop redirect. Rules carry an origin
+// (origin.go), so that several sources share the program and each changes
+// only its own rules (ApplyOrigin); origins order the compound rules, and
+// the late ones (redirect) come after the prefix rules.
 //
 // A rule file (syntax in docs/RULES.md) is parsed by [Parse] or [ParseFile]
 // into a [RuleSet]. Rules come in two classes: compound rules (any match
@@ -15,9 +20,10 @@
 // # Match fields
 //
 // Each match field (src, dst, proto, sport, dport, ether, frag, ttl,
-// flags, dscp, type, code) is one entry of matchFields in fields.go: its keyword and
-// aliases, how its value is parsed and printed, where it sits in [Rule]
-// (offset and store kind), what [Rule.Validate] checks about it, how the model matches it, and how
+// flags, queue, dscp, type, code) is one entry of matchFields in
+// fields.go: its keyword and aliases, how its value is parsed and printed,
+// where it sits in [Rule] (offset and store kind), what [Rule.Validate]
+// checks about it, how the model matches it, and how
 // it is kept in a rule record (its FD_REC_* flag and the members of struct
 // fd_rule_rec it uses). The parser's keywords, [Rule.String],
 // [Rule.Validate], [Rule.IsPrefixOnly], the model and the record encoding

@@ -28,8 +28,9 @@ var (
 	ErrCapacity = errors.New("capacity exceeded")
 	// ErrRuleNotFound: Delete or Replace named a rule the set does not hold.
 	ErrRuleNotFound = errors.New("rule not found")
-	// ErrUnsupportedAction: the drop program only drops and passes.
-	ErrUnsupportedAction = errors.New("action not supported by the drop program")
+	// ErrUnsupportedAction: an action where it cannot be (a malformed
+	// verdict other than drop or pass).
+	ErrUnsupportedAction = errors.New("action not supported there")
 )
 
 // Options size the engine's tables, which are fixed when the program is
@@ -68,6 +69,13 @@ type Options struct {
 	// most one per prefix per level of the search, usually far fewer) may
 	// fill three quarters of it. Default 131,072; at most MaxIPv6Entries.
 	IPv6Entries int
+
+	// SocketMaps, if set, are the socket maps of another engine, by the
+	// names Maps gives them (fd_xsks and fd_xsk_counters): the new engine
+	// uses them instead of its own, so the AF_XDP sockets registered with
+	// the other one stay registered (a program loaded again with bigger
+	// tables to replace an attached one).
+	SocketMaps map[string]*ebpf.Map
 
 	// trace makes the program prepend a struct fd_trace_rec to each frame
 	// (test runs only).
@@ -230,7 +238,12 @@ var mapNames = []string{
 	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV4Sparse, gen.FastdropMapFdV6Tab,
 	gen.FastdropMapFdCounters,
 	gen.FastdropMapFdRules,
+	gen.FastdropMapFdXsks, gen.FastdropMapFdXskCounters,
 }
+
+// socketMaps are the maps of the AF_XDP sockets (sockets.go), which a
+// program loaded again with bigger tables takes over (Options.SocketMaps).
+var socketMaps = []string{gen.FastdropMapFdXsks, gen.FastdropMapFdXskCounters}
 
 // Engine owns the drop program and its maps: it compiles rule sets into
 // the maps and reads the counters back. Its methods are safe for
@@ -336,7 +349,16 @@ func New(opts Options) (*Engine, error) {
 	} else {
 		delete(spec.Programs, gen.FastdropProgXdpFastdropTrace)
 	}
-	coll, err := ebpf.NewCollection(spec)
+	var reuse map[string]*ebpf.Map
+	for _, name := range socketMaps {
+		if m := opts.SocketMaps[name]; m != nil {
+			if reuse == nil {
+				reuse = make(map[string]*ebpf.Map)
+			}
+			reuse[name] = m
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: reuse})
 	if err != nil {
 		// CAP_PERFMON too: without it the verifier refuses the
 		// program's pointer arithmetic (EACCES).
@@ -345,6 +367,7 @@ func New(opts Options) (*Engine, error) {
 	e := &Engine{prog: coll.Programs[progName], maps: make(map[string]*ebpf.Map)}
 	delete(coll.Programs, progName)
 	for _, name := range mapNames {
+		// (Replacement maps are the collection's clones: ours to close.)
 		e.maps[name] = coll.Maps[name]
 		delete(coll.Maps, name)
 	}
@@ -389,6 +412,12 @@ func Open(pinDir string) (*Engine, error) {
 	for _, name := range mapNames {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), nil)
 		if err != nil {
+			// A map an older layout did not have: say that, not which.
+			if main := e.maps[gen.FastdropMapFdMain]; main != nil && errors.Is(err, os.ErrNotExist) {
+				if _, serr := checkStamp(pinDir, main); serr != nil {
+					return nil, errors.Join(serr, e.Close())
+				}
+			}
 			return nil, errors.Join(fmt.Errorf("fastdrop: open pinned map %s in %s: %w", name, pinDir, err), e.Close())
 		}
 		e.maps[name] = m
@@ -628,6 +657,47 @@ func (e *Engine) Apply(rs *RuleSet) error {
 	})
 }
 
+// ApplyOrigin replaces the rules of one origin (see origin.go) with
+// rs.Rules, atomically, and leaves the rules of every other origin as they
+// are; rules that stay keep their counters. rs's rules take origin as
+// their Origin. rs.Policy and rs.Malformed, where not zero, become the
+// program's policy and malformed verdict; zero leaves them as they are.
+// An empty rs removes the origin's rules.
+func (e *Engine) ApplyOrigin(origin string, rs *RuleSet) error {
+	if err := ValidateOrigin(origin); err != nil {
+		return fmt.Errorf("fastdrop: %w", err)
+	}
+	return e.change(func() (*plan, error) {
+		rules := make([]Rule, 0, len(e.rules)+len(rs.Rules))
+		for i := range e.rules {
+			if e.rules[i].Origin != origin {
+				rules = append(rules, e.rules[i])
+			}
+		}
+		for _, r := range rs.Rules {
+			r.Origin = origin
+			rules = append(rules, r)
+		}
+		return e.planApply(rules, actionOr(rs.Policy, e.policy), actionOr(rs.Malformed, e.malformed)), nil
+	})
+}
+
+// OriginRules returns the rules of one origin in force, in their order.
+func (e *Engine) OriginRules(origin string) ([]Rule, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.refreshLocked(); err != nil {
+		return nil, err
+	}
+	var out []Rule
+	for i := range e.rules {
+		if e.rules[i].Origin == origin {
+			out = append(out, e.rules[i])
+		}
+	}
+	return out, nil
+}
+
 // fitsWhole reports (wrapping ErrCapacity) a rule set too big for the
 // tables this engine was loaded with, from its counts alone: before the
 // rule set in force is read back and the tables are built, which for
@@ -745,6 +815,9 @@ func (e *Engine) namePrefixDup(p *plan, dup *dupPrefixError) error {
 
 // sameRule reports whether a and b are the same rule but for Line.
 func sameRule(a, b *Rule) bool {
+	if a.Origin != b.Origin {
+		return false
+	}
 	if a.IsPrefixOnly() || b.IsPrefixOnly() {
 		return a.IsPrefixOnly() && b.IsPrefixOnly() && a.Src == b.Src && a.Action == b.Action
 	}
@@ -779,6 +852,17 @@ func (e *Engine) planApply(rules []Rule, policy, malformed Action) *plan {
 	p := &plan{rules: rules, slots: make([]uint32, len(rules)), policy: policy, malformed: malformed, whole: true}
 	ck := compoundKeys(rules)
 	kept := make([]bool, e.nslots)
+	// A prefix rule keeps its slot (and record) only in its own origin:
+	// the origins of the prefix rules in force, where not the default.
+	var prefixOrigin map[uint32]string
+	for i := range e.rules {
+		if e.rules[i].Origin != "" && e.rules[i].IsPrefixOnly() {
+			if prefixOrigin == nil {
+				prefixOrigin = make(map[uint32]string)
+			}
+			prefixOrigin[e.slots[i]] = e.rules[i].Origin
+		}
+	}
 	for i := range rules {
 		var s uint32
 		var ok bool
@@ -786,6 +870,7 @@ func (e *Engine) planApply(rules []Rule, policy, malformed Action) *plan {
 			s, ok = e.textSlot[k]
 		} else if rules[i].Src.IsValid() {
 			s, ok = e.prefixIndex().get(slotKeyOf(rules[i].Src, rules[i].Action))
+			ok = ok && prefixOrigin[s] == rules[i].Origin
 		}
 		if ok && !kept[s] {
 			p.slots[i] = s
@@ -802,12 +887,12 @@ func (e *Engine) planApply(rules []Rule, policy, malformed Action) *plan {
 	return p
 }
 
-// indexOf returns the first rule of rules that is r (but for Line) and
-// not in skip, or -1.
+// indexOf returns the first rule of rules that is r (but for Line), of
+// r's origin, and not in skip, or -1.
 func indexOf(rules []Rule, r Rule, skip map[int]bool) int {
 	if r.IsPrefixOnly() {
 		for i := range rules {
-			if rules[i].IsPrefixOnly() && rules[i].Src == r.Src && rules[i].Action == r.Action && !skip[i] {
+			if rules[i].IsPrefixOnly() && rules[i].Src == r.Src && rules[i].Action == r.Action && rules[i].Origin == r.Origin && !skip[i] {
 				return i
 			}
 		}
@@ -815,7 +900,7 @@ func indexOf(rules []Rule, r Rule, skip map[int]bool) int {
 	}
 	s := r.String()
 	for i := range rules {
-		if !rules[i].IsPrefixOnly() && !skip[i] && rules[i].String() == s {
+		if !rules[i].IsPrefixOnly() && !skip[i] && rules[i].Origin == r.Origin && rules[i].String() == s {
 			return i
 		}
 	}
@@ -875,29 +960,11 @@ func (e *Engine) check(p *plan) error {
 			}
 		}
 	}
-	for _, a := range []Action{p.policy, p.malformed} {
-		if a != ActionDrop && a != ActionPass {
-			return fmt.Errorf("policy %s: %w", a, ErrUnsupportedAction)
-		}
+	if !p.policy.valid() {
+		return fmt.Errorf("policy %s: %w", p.policy, ErrUnsupportedAction)
 	}
-	dropOrPass := func(i int) error {
-		if a := p.rules[i].Action; a != ActionDrop && a != ActionPass {
-			return fmt.Errorf("rule %s: %w", p.rules[i].String(), ErrUnsupportedAction)
-		}
-		return nil
-	}
-	if p.whole {
-		for i := range p.rules {
-			if err := dropOrPass(i); err != nil {
-				return err
-			}
-		}
-	} else {
-		for _, i := range p.added {
-			if err := dropOrPass(i); err != nil {
-				return err
-			}
-		}
+	if p.malformed != ActionDrop && p.malformed != ActionPass {
+		return fmt.Errorf("malformed verdict %s: %w", p.malformed, ErrUnsupportedAction)
 	}
 	if maxRules := (e.nslots - int(firstRule)) / 2; len(p.rules) > maxRules {
 		return fmt.Errorf("%d rules: %w: the program was loaded with room for %d rules; %s", len(p.rules), ErrCapacity, maxRules, reloadAdvice)
@@ -1160,13 +1227,9 @@ func actionOr(a, def Action) Action {
 func (e *Engine) compileAll() error {
 	var v4 []v4Prefix
 	var v6 []v6Prefix
-	var compound []*Rule
-	var vals []uint32
 	for i := range e.rules {
 		r := &e.rules[i]
 		if !r.IsPrefixOnly() {
-			compound = append(compound, r)
-			vals = append(vals, mkVal(r.Action, e.slots[i]))
 			continue
 		}
 		val := mkVal(r.Action, e.slots[i])
@@ -1184,14 +1247,32 @@ func (e *Engine) compileAll() error {
 		return err
 	}
 	e.v6dirty = true
-	cls, err := compileCompound(compound)
+	cls, err := compileRules(e.rules, e.slots)
 	if err != nil {
 		return err
 	}
-	cls.vals = vals
 	e.cls = cls
-	e.ncompound = len(vals)
+	e.ncompound = len(cls.vals)
 	return nil
+}
+
+// compileRules compiles the compound rules of rules, whose counter slots
+// are slots, in the order they are evaluated (compoundOrder).
+func compileRules(rules []Rule, slots []uint32) (*classifier, error) {
+	order, early := compoundOrder(rules)
+	compound := make([]*Rule, len(order))
+	vals := make([]uint32, len(order))
+	for k, i := range order {
+		compound[k] = &rules[i]
+		vals[k] = mkVal(rules[i].Action, slots[i])
+	}
+	cls, err := compileCompound(compound)
+	if err != nil {
+		return nil, err
+	}
+	cls.vals = vals
+	cls.lateFrom = early
+	return cls, nil
 }
 
 // commitLocked makes the plan the rule set in force: compile, write the
@@ -1353,19 +1434,10 @@ func (e *Engine) compileChange(p *plan) error {
 		e.v6dirty = true
 	}
 	if compoundChanged || p.whole {
-		var compound []*Rule
-		var vals []uint32
-		for i := range p.rules {
-			if r := &p.rules[i]; !r.IsPrefixOnly() {
-				compound = append(compound, r)
-				vals = append(vals, mkVal(r.Action, p.slots[i]))
-			}
-		}
-		cls, err := compileCompound(compound)
+		cls, err := compileRules(p.rules, p.slots)
 		if err != nil {
 			return err
 		}
-		cls.vals = vals
 		cls.rebuilt = true
 		e.cls = cls
 	} else {
@@ -1633,5 +1705,6 @@ func (e *Engine) confFor(h uint32) gen.FastdropFdConf {
 		}
 	}
 	c.Ncompound = uint32(len(e.cls.vals))
+	c.LateFrom = uint32(e.cls.lateFrom)
 	return c
 }

@@ -69,8 +69,16 @@ func newRunner(e *Engine) *runner {
 
 // run returns the kernel's decision for frame (at least 14 bytes: the
 // test run refuses shorter frames).
-func (r *runner) run(frame []byte) (kernelResult, error) {
-	ret, err := r.e.prog.Run(&ebpf.RunOptions{Data: frame, DataOut: r.out})
+func (r *runner) run(frame []byte) (kernelResult, error) { return r.runOn(frame, 0, 0) }
+
+// runOn is run for a frame arriving on rx queue queue of the interface
+// with index ifindex (0: none, queue 0).
+func (r *runner) runOn(frame []byte, ifindex, queue int) (kernelResult, error) {
+	opts := &ebpf.RunOptions{Data: frame, DataOut: r.out}
+	if ifindex != 0 {
+		opts.Context = xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex), RxQueueIndex: uint32(queue)}
+	}
+	ret, err := r.e.prog.Run(opts)
 	if err != nil {
 		return kernelResult{}, fmt.Errorf("test run: %w", err)
 	}
@@ -94,6 +102,10 @@ func (r *runner) run(frame []byte) (kernelResult, error) {
 	res.Class = ResultClass(tr[2])
 	res.Rule = -1
 	val := uint32(tr[4]) | uint32(tr[5])<<8 | uint32(tr[6])<<16 | uint32(tr[7])<<24
+	// Redirect: XDP_REDIRECT to a socket, or XDP_PASS with none bound.
+	if valAction(val) == ActionRedirect && (ret == 2 || ret == 4) {
+		res.Verdict = ActionRedirect
+	}
 	if res.Class == ClassCompound || res.Class == ClassPrefix {
 		i, ok := r.ruleOf[valSlot(val)]
 		if !ok {

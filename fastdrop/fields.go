@@ -139,7 +139,7 @@ const (
 // matchFields are the match fields, in the order messages list them and
 // Rule.Validate checks them. init sets it, since entries refer to the
 // table (which a variable's initializer may not); nothing changes it.
-var matchFields [12]matchField
+var matchFields [13]matchField
 
 func init() {
 	matchFields = [...]matchField{
@@ -325,6 +325,44 @@ func init() {
 			},
 			decode: func(b []byte, r *Rule) {
 				r.TCPFlags = &TCPFlags{Set: b[recTCPSet], Clear: b[recTCPSet+1], Exact: b[recTCPSet+2] != 0}
+			},
+		},
+		{
+			name:     "queue",
+			examples: []string{"redirect udp dport 53 queue 0-3", "drop queue 7", "pass ether arp queue 1"},
+			need:     fmt.Sprintf("queue needs a value (want an rx queue 0-%d or a range like 0-3)", MaxQueue),
+			parse: func(r *Rule, v string) string {
+				q, msg := parseQueueRange(v)
+				if msg != "" {
+					return fmt.Sprintf("queue %s: %s", clipped(v), msg)
+				}
+				r.Queue = q
+				return ""
+			},
+			at:      unsafe.Offsetof(Rule{}.Queue),
+			store:   storePtr,
+			text:    func(r *Rule) string { return "queue " + r.Queue.String() },
+			textPos: 12,
+			check: func(r *Rule) error {
+				switch q := r.Queue; {
+				case q.Lo > q.Hi:
+					return fmt.Errorf("queue %d-%d: range is empty (write the lower queue first)", q.Lo, q.Hi)
+				case int(q.Hi) > MaxQueue:
+					return fmt.Errorf("queue %s: rx queues go up to %d", q, MaxQueue)
+				}
+				return nil
+			},
+			match: func(r *Rule, pkt *packet) bool { return r.Queue.Contains(uint16(min(pkt.queue, uint32(MaxQueue+1)))) },
+			direct: &directField{fld: fldQueue, off: int(gen.FastdropFdDirectFD_DIR_QUEUE), bits: 9,
+				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.Queue.Lo), int(r.Queue.Hi)}) }},
+			recFlag: recFlagQueue,
+			rec:     []recMember{{"queue_lo", recQueue, 2}, {"queue_hi", recQueue + 2, 2}},
+			encode: func(b []byte, r *Rule) {
+				binary.LittleEndian.PutUint16(b[recQueue:], r.Queue.Lo)
+				binary.LittleEndian.PutUint16(b[recQueue+2:], r.Queue.Hi)
+			},
+			decode: func(b []byte, r *Rule) {
+				r.Queue = &PortRange{Lo: binary.LittleEndian.Uint16(b[recQueue:]), Hi: binary.LittleEndian.Uint16(b[recQueue+2:])}
 			},
 		},
 		{
@@ -688,6 +726,26 @@ func parseByteRange(s, want string) (*ByteRange, string) {
 		}
 	}
 	return &ByteRange{Lo: uint8(lo), Hi: uint8(hi)}, ""
+}
+
+// parseQueueRange reads an rx queue or an inclusive range of them.
+func parseQueueRange(s string) (*PortRange, string) {
+	want := fmt.Sprintf("want an rx queue 0-%d or a range like 0-3", MaxQueue)
+	los, his, isRange := strings.Cut(s, "-")
+	lo, ok := parseUint(los, 3)
+	if !ok || lo > MaxQueue {
+		return nil, fmt.Sprintf("%q is not an rx queue (%s)", clipped(los), want)
+	}
+	hi := lo
+	if isRange {
+		if hi, ok = parseUint(his, 3); !ok || hi > MaxQueue {
+			return nil, fmt.Sprintf("%q is not an rx queue (%s)", clipped(his), want)
+		}
+		if lo > hi {
+			return nil, fmt.Sprintf("range is empty (write the lower queue first: %d-%d)", hi, lo)
+		}
+	}
+	return &PortRange{Lo: uint16(lo), Hi: uint16(hi)}, ""
 }
 
 // prefixField is the entry of an address field, src or dst: a prefix,

@@ -19,8 +19,9 @@ var layoutFingerprints = map[uint32]string{
 	1: "dab52b0dcc0fafab",
 	2: "2d5d68a22a76175d", // records of 128 bytes; direct tables FD_DIR_*; ttl
 	3: "44bd7b78f3997bb1", // tcp flags
-	4: "30650b15218f239e", // dscp
-	5: "811093bcdce54f4a", // icmp type and code
+	4: "b7b0562abe2e616f", // queue field, rule origins, late rules, AF_XDP sockets
+	// 5 was h/fields' dscp, type and code before it merged main's 4: never released.
+	6: "b3f533424b4455a5", // queue and origins with dscp, icmp type and code
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

@@ -42,7 +42,8 @@ type Result struct {
 // differential tests. It is safe for concurrent use by Eval.
 type Model struct {
 	rs       *RuleSet
-	compound []int // indices of compound rules, in file order
+	compound []int // indices of compound rules, in evaluation order (compoundOrder)
+	early    int   // compound[early:] are late: after the prefix rules
 	// Prefix rules by prefix length: prefix (masked address) -> rule index.
 	v4 [33]map[netip.Addr]int
 	v6 [129]map[netip.Addr]int
@@ -53,9 +54,9 @@ type Model struct {
 // used.
 func NewModel(rs *RuleSet) *Model {
 	m := &Model{rs: rs}
+	m.compound, m.early = compoundOrder(rs.Rules)
 	for i, r := range rs.Rules {
 		if !r.IsPrefixOnly() {
-			m.compound = append(m.compound, i)
 			continue
 		}
 		var byLen map[netip.Addr]int
@@ -93,15 +94,23 @@ type packet struct {
 	hasPorts  bool // TCP or UDP and not a non-first fragment
 	sport     uint16
 	dport     uint16
+	queue     uint32 // the rx queue it arrived on
 }
 
-// Eval returns the verdict for frame, which starts at the Ethernet header.
-func (m *Model) Eval(frame []byte) Result {
+// Eval returns the verdict for frame, which starts at the Ethernet header,
+// as if it arrived on rx queue 0.
+func (m *Model) Eval(frame []byte) Result { return m.EvalOn(frame, 0) }
+
+// EvalOn returns the verdict for frame arriving on rx queue queue:
+// compound rules in order, prefix rules, late compound rules (origin.go),
+// the policy.
+func (m *Model) EvalOn(frame []byte, queue uint32) Result {
 	pkt, ok := parseFrame(frame)
 	if !ok {
 		return Result{Verdict: m.rs.EffectiveMalformed(), Class: ClassMalformed, Rule: -1}
 	}
-	for _, i := range m.compound {
+	pkt.queue = queue
+	for _, i := range m.compound[:m.early] {
 		if matches(&m.rs.Rules[i], &pkt) {
 			return Result{Verdict: m.rs.Rules[i].Action, Class: ClassCompound, Rule: i}
 		}
@@ -109,6 +118,11 @@ func (m *Model) Eval(frame []byte) Result {
 	if pkt.isIP {
 		if i, ok := m.longestPrefix(pkt.src); ok {
 			return Result{Verdict: m.rs.Rules[i].Action, Class: ClassPrefix, Rule: i}
+		}
+	}
+	for _, i := range m.compound[m.early:] {
+		if matches(&m.rs.Rules[i], &pkt) {
+			return Result{Verdict: m.rs.Rules[i].Action, Class: ClassCompound, Rule: i}
 		}
 	}
 	return Result{Verdict: m.rs.EffectivePolicy(), Class: ClassDefault, Rule: -1}

@@ -205,8 +205,8 @@ func TestParseErrors(t *testing.T) {
 		{"malformed redirect", `rules.txt:1: unknown malformed verdict "redirect" (want pass or drop)`},
 		{"malformed drop\nmalformed drop", `rules.txt:2: malformed given twice (also on line 1; at most one malformed line)`},
 		// Fields.
-		{"drop sprt 80", `rules.txt:1: unknown field "sprt" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, dscp, type, code, or tcp, udp, icmp, icmpv6)`},
-		{"drop 10.0.0.0/8", `rules.txt:1: unknown field "10.0.0.0/8" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, dscp, type, code, or tcp, udp, icmp, icmpv6)`},
+		{"drop sprt 80", `rules.txt:1: unknown field "sprt" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, or tcp, udp, icmp, icmpv6)`},
+		{"drop 10.0.0.0/8", `rules.txt:1: unknown field "10.0.0.0/8" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, or tcp, udp, icmp, icmpv6)`},
 		{"drop src 10.0.0.0/8 src 11.0.0.0/8", `rules.txt:1: src given twice (each field at most once per rule; write two rules to match either)`},
 		{"drop udp dport 1 dport 2", `rules.txt:1: dport given twice (each field at most once per rule; write two rules to match either)`},
 		{"drop tcp sport 1 sport 2", `rules.txt:1: sport given twice (each field at most once per rule; write two rules to match either)`},
@@ -343,7 +343,7 @@ func TestParseDuplicateOrder(t *testing.T) {
 	}
 	// Errors in single lines come before repeated prefixes.
 	_, err = Parse(strings.NewReader("drop src 10.0.0.0/8\ndrop src 10.0.0.0/8\ndrop bogus\n"), "r")
-	if want := `r:3: unknown field "bogus" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, dscp, type, code, or tcp, udp, icmp, icmpv6)`; err == nil || err.Error() != want {
+	if want := `r:3: unknown field "bogus" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, or tcp, udp, icmp, icmpv6)`; err == nil || err.Error() != want {
 		t.Errorf("got %v, want %s", err, want)
 	}
 	// Same address, different length, and IPv4 vs IPv6 are different prefixes.

@@ -14,8 +14,9 @@ type Action uint8
 const (
 	ActionDrop Action = iota + 1
 	ActionPass
-	// ActionRedirect sends the frame to an AF_XDP socket. It is only valid in
-	// a redirect (per-queue filter) program; the drop program rejects it.
+	// ActionRedirect hands the frame to the AF_XDP socket bound to its rx
+	// queue (Engine.RegisterSocket), or to the kernel stack when there is
+	// none.
 	ActionRedirect
 )
 
@@ -106,7 +107,16 @@ type Rule struct {
 	DSCP      *DSCPRange // nil = any; the IPv4 TOS / IPv6 traffic class >> 2
 	ICMPType  *ICMPType  // nil = any; needs HasProto with Proto 1 (icmp) or 58 (icmpv6)
 	ICMPCode  *ByteRange // nil = any; as ICMPType
-	Line      int        // 1-based line in the rule file, 0 if built in code
+	// Queue matches the rx queue the frame arrived on, Lo to Hi (0 to
+	// MaxQueue); nil = any.
+	Queue *PortRange
+	Line  int // 1-based line in the rule file, 0 if built in code
+	// Origin names where the rule came from (see origin.go): "" for the
+	// default origin (the drop command's), OriginRedirect, or a name of
+	// another source. It is kept with the rule in the engine's records
+	// and orders the rules of different origins; it is no part of the
+	// rule's text.
+	Origin string
 }
 
 // IsPrefixOnly reports whether r is "ACTION src PREFIX" and nothing else.
@@ -128,8 +138,8 @@ func (r Rule) IsPrefixOnly() bool {
 
 // String returns r in canonical rule-file syntax, for example
 // "drop udp src 192.0.2.0/24 dport 11211". Parsing it gives back r (apart
-// from Line). Fields are written in the order of their textPos: ether,
-// proto, flags, src, sport, dst, dport, frag, ttl.
+// from Line and Origin). Fields are written in the order of their
+// textPos: ether, proto, flags, src, sport, dst, dport, frag, ttl, queue.
 func (r Rule) String() string {
 	var b strings.Builder
 	b.WriteString(r.Action.String())
@@ -217,6 +227,9 @@ func (r Rule) Validate() error { return r.validate() }
 func (r *Rule) validate() error {
 	if !r.Action.valid() {
 		return fmt.Errorf("invalid action %d (want drop, pass or redirect)", r.Action)
+	}
+	if err := ValidateOrigin(r.Origin); err != nil {
+		return err
 	}
 	for i := range matchFields {
 		if f := &matchFields[i]; f.check != nil && (f.checkZero || f.isSet(r)) {

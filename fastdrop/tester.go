@@ -3,6 +3,7 @@ package fastdrop
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -81,7 +82,31 @@ func (t *Tester) Test(frame []byte) (Result, error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.test(frame)
+	return t.test(frame, nil)
+}
+
+// TestOn is Test for a frame that arrives on rx queue queue of the
+// interface with index ifindex (a test run takes a queue only with a
+// device that has it). Redirect rules and policies give ActionRedirect;
+// the frame goes to the stack in the run unless a socket is registered
+// for the queue (RegisterSocket on the Tester's engine, see Engine).
+func (t *Tester) TestOn(frame []byte, ifindex, queue int) (Result, error) {
+	if len(frame) < ethHeader {
+		return Result{Verdict: t.malformed, Class: ClassMalformed, Rule: -1}, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.test(frame, &xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex), RxQueueIndex: uint32(queue)})
+}
+
+// Engine returns the engine the Tester runs frames through, for
+// registering sockets. Changing its rules makes the Tester's rule indexes
+// wrong.
+func (t *Tester) Engine() *Engine { return t.e }
+
+// xdpMD is struct xdp_md, the context of an XDP test run.
+type xdpMD struct {
+	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
 }
 
 // TestCaptured is Test for a frame of length bytes of which a capture kept
@@ -103,15 +128,19 @@ func (t *Tester) TestCaptured(data []byte, length int) (Result, error) {
 	if length < ethHeader {
 		return Result{Verdict: t.malformed, Class: ClassMalformed, Rule: -1}, nil
 	}
-	return t.test(t.padded)
+	return t.test(t.padded, nil)
 }
 
-// test runs frame through the program; t.mu is held.
-func (t *Tester) test(frame []byte) (Result, error) {
+// test runs frame through the program, with ctx if not nil; t.mu is held.
+func (t *Tester) test(frame []byte, ctx *xdpMD) (Result, error) {
 	if need := len(frame) + traceLen; need > len(t.out) {
 		t.out = make([]byte, need)
 	}
-	ret, err := t.e.prog.Run(&ebpf.RunOptions{Data: frame, DataOut: t.out})
+	opts := &ebpf.RunOptions{Data: frame, DataOut: t.out}
+	if ctx != nil {
+		opts.Context = *ctx
+	}
+	ret, err := t.e.prog.Run(opts)
 	if (errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EINVAL)) && len(frame) > maxLinear {
 		// Out of buffers (MAX_SKB_FRAGS): no driver hands such a frame
 		// to XDP either.
@@ -124,17 +153,15 @@ func (t *Tester) test(frame []byte) (Result, error) {
 	if tr[0] != 0xfd {
 		return Result{Rule: -1}, errors.New("fastdrop: the program returned no trace record")
 	}
-	res := Result{Class: ResultClass(tr[2]), Rule: -1}
-	switch ret {
-	case 1: // XDP_DROP
-		res.Verdict = ActionDrop
-	case 2: // XDP_PASS
-		res.Verdict = ActionPass
-	default:
-		return res, fmt.Errorf("fastdrop: the program returned XDP action %d", ret)
+	val := uint32(tr[4]) | uint32(tr[5])<<8 | uint32(tr[6])<<16 | uint32(tr[7])<<24
+	res := Result{Verdict: valAction(val), Class: ResultClass(tr[2]), Rule: -1}
+	// The XDP action must be the one of the val's action: redirect goes
+	// to a socket (XDP_REDIRECT) or, with none bound, to the stack.
+	want := map[Action][]uint32{ActionDrop: {1}, ActionPass: {2}, ActionRedirect: {2, 4}}[res.Verdict]
+	if !slices.Contains(want, ret) {
+		return res, fmt.Errorf("fastdrop: the program returned XDP action %d for action %s", ret, res.Verdict)
 	}
 	if res.Class == ClassCompound || res.Class == ClassPrefix {
-		val := uint32(tr[4]) | uint32(tr[5])<<8 | uint32(tr[6])<<16 | uint32(tr[7])<<24
 		i, ok := t.ruleOf[valSlot(val)]
 		if !ok {
 			return res, fmt.Errorf("fastdrop: matched counter slot %d, which is no rule's", valSlot(val))

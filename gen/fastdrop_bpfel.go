@@ -59,6 +59,8 @@ type FastdropFdConf struct {
 	Kind      [12]FastdropFdBm
 	Crule     [256]uint32
 	CruleH    [64]uint32
+	LateFrom  uint32
+	_         [4]byte
 }
 
 type FastdropFdDirect uint32
@@ -76,13 +78,15 @@ const (
 	FastdropFdDirectFD_DIR_TTL_END   FastdropFdDirect = 197119
 	FastdropFdDirectFD_DIR_FLAGS     FastdropFdDirect = 197120
 	FastdropFdDirectFD_DIR_FLAGS_END FastdropFdDirect = 197375
-	FastdropFdDirectFD_DIR_DSCP      FastdropFdDirect = 197376
-	FastdropFdDirectFD_DIR_DSCP_END  FastdropFdDirect = 197439
-	FastdropFdDirectFD_DIR_TYPE      FastdropFdDirect = 197440
-	FastdropFdDirectFD_DIR_TYPE_END  FastdropFdDirect = 197695
-	FastdropFdDirectFD_DIR_CODE      FastdropFdDirect = 197696
-	FastdropFdDirectFD_DIR_CODE_END  FastdropFdDirect = 197951
-	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 197952
+	FastdropFdDirectFD_DIR_QUEUE     FastdropFdDirect = 197376
+	FastdropFdDirectFD_DIR_QUEUE_END FastdropFdDirect = 197887
+	FastdropFdDirectFD_DIR_DSCP      FastdropFdDirect = 197888
+	FastdropFdDirectFD_DIR_DSCP_END  FastdropFdDirect = 197951
+	FastdropFdDirectFD_DIR_TYPE      FastdropFdDirect = 197952
+	FastdropFdDirectFD_DIR_TYPE_END  FastdropFdDirect = 198207
+	FastdropFdDirectFD_DIR_CODE      FastdropFdDirect = 198208
+	FastdropFdDirectFD_DIR_CODE_END  FastdropFdDirect = 198463
+	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 198464
 )
 
 type FastdropFdField uint32
@@ -98,10 +102,11 @@ const (
 	FastdropFdFieldFD_FLD_DST6  FastdropFdField = 7
 	FastdropFdFieldFD_FLD_TTL   FastdropFdField = 8
 	FastdropFdFieldFD_FLD_FLAGS FastdropFdField = 9
-	FastdropFdFieldFD_FLD_DSCP  FastdropFdField = 10
-	FastdropFdFieldFD_FLD_TYPE  FastdropFdField = 11
-	FastdropFdFieldFD_FLD_CODE  FastdropFdField = 12
-	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 13
+	FastdropFdFieldFD_FLD_QUEUE FastdropFdField = 10
+	FastdropFdFieldFD_FLD_DSCP  FastdropFdField = 11
+	FastdropFdFieldFD_FLD_TYPE  FastdropFdField = 12
+	FastdropFdFieldFD_FLD_CODE  FastdropFdField = 13
+	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 14
 )
 
 type FastdropFdLayout uint32
@@ -110,8 +115,9 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND   FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS       FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS          FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 5
+	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 6
 	FastdropFdLayoutFD_REC_SIZE       FastdropFdLayout = 128
+	FastdropFdLayoutFD_ORIGIN_LEN     FastdropFdLayout = 16
 	FastdropFdLayoutFD_COUNTER_SIZE   FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6ENT_SIZE     FastdropFdLayout = 32
 	FastdropFdLayoutFD_VAL_ACT_SHIFT  FastdropFdLayout = 29
@@ -123,37 +129,38 @@ const (
 	FastdropFdLayoutFD_DIRECT         FastdropFdLayout = 65536
 	FastdropFdLayoutFD_FRONT_PORTS_N  FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N  FastdropFdLayout = 1024
-	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 197952
-	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 263488
-	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 329024
-	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 394560
-	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 460096
+	FastdropFdLayoutFD_QUEUES         FastdropFdLayout = 256
+	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 198464
+	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 264000
+	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 329536
+	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 395072
+	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 460608
 	FastdropFdLayoutFD_TAB_CHUNK      FastdropFdLayout = 256
 	FastdropFdLayoutFD_TAB_CHUNKS     FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2557248
-	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2819392
-	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2820416
+	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2557760
+	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2819904
+	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2820928
 	FastdropFdLayoutFD_TAB_W4L1       FastdropFdLayout = 1048576
 	FastdropFdLayoutFD_TAB_W4CHUNK    FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4917568
+	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4918080
 	FastdropFdLayoutFD_TAB_W4CHUNKS   FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5441856
+	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5442368
 	FastdropFdLayoutFD_TAB_EXT        FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD       FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 13312
+	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 14336
 	FastdropFdLayoutFD_BM_FRONTS      FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 17408
-	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 197952
-	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 198976
-	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 200000
-	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 201024
-	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 202048
-	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 464192
-	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 465216
+	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 18432
+	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 198464
+	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 199488
+	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 200512
+	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 201536
+	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 202560
+	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 464704
+	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 465728
 	FastdropFdLayoutFD_CLS_TAB        FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10883712
-	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11440768
-	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 15162496
+	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10884736
+	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11474560
+	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 15200384
 	FastdropFdLayoutFD_V4TBL24        FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX   FastdropFdLayout = 11
@@ -161,8 +168,8 @@ const (
 	FastdropFdLayoutFD_MAIN_STAMP     FastdropFdLayout = 64
 	FastdropFdLayoutFD_MAIN_HALF      FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 15166592
-	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82275456
+	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 15204480
+	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82313344
 	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
@@ -181,9 +188,10 @@ const (
 	FastdropFdRecFlagsFD_REC_FRAG  FastdropFdRecFlags = 32
 	FastdropFdRecFlagsFD_REC_TTL   FastdropFdRecFlags = 64
 	FastdropFdRecFlagsFD_REC_FLAGS FastdropFdRecFlags = 128
-	FastdropFdRecFlagsFD_REC_DSCP  FastdropFdRecFlags = 256
-	FastdropFdRecFlagsFD_REC_TYPE  FastdropFdRecFlags = 512
-	FastdropFdRecFlagsFD_REC_CODE  FastdropFdRecFlags = 1024
+	FastdropFdRecFlagsFD_REC_QUEUE FastdropFdRecFlags = 256
+	FastdropFdRecFlagsFD_REC_DSCP  FastdropFdRecFlags = 512
+	FastdropFdRecFlagsFD_REC_TYPE  FastdropFdRecFlags = 1024
+	FastdropFdRecFlagsFD_REC_CODE  FastdropFdRecFlags = 2048
 )
 
 type FastdropFdRuleRec struct {
@@ -210,6 +218,8 @@ type FastdropFdRuleRec struct {
 	TcpSet     uint8
 	TcpClear   uint8
 	TcpExact   uint8
+	QueueLo    uint16
+	QueueHi    uint16
 	DscpLo     uint8
 	DscpHi     uint8
 	DscpNamed  uint8
@@ -218,8 +228,9 @@ type FastdropFdRuleRec struct {
 	TypeNamed  uint8
 	CodeLo     uint8
 	CodeHi     uint8
-	Match      [16]uint8
-	Reserved   [32]uint8
+	Match      [12]uint8
+	Origin     [16]int8
+	Reserved   [16]uint8
 }
 
 type FastdropFdStamp struct {
@@ -267,6 +278,14 @@ type FastdropFdV6Ent struct {
 	Pad2  uint64
 }
 
+type FastdropFdXskVerdict uint32
+
+const (
+	FastdropFdXskVerdictFD_XSK_REDIRECTED FastdropFdXskVerdict = 0
+	FastdropFdXskVerdictFD_XSK_NO_SOCKET  FastdropFdXskVerdict = 1
+	FastdropFdXskVerdictFD_XSK_VERDICTS   FastdropFdXskVerdict = 2
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -277,6 +296,8 @@ const (
 	FastdropMapFdV4Sparse        = "fd_v4_sparse"
 	FastdropMapFdV4Tbl8          = "fd_v4_tbl8"
 	FastdropMapFdV6Tab           = "fd_v6_tab"
+	FastdropMapFdXskCounters     = "fd_xsk_counters"
+	FastdropMapFdXsks            = "fd_xsks"
 	FastdropProgXdpFastdrop      = "xdp_fastdrop"
 	FastdropProgXdpFastdropTrace = "xdp_fastdrop_trace"
 	FastdropVarFdBtfAnchor       = "fd_btf_anchor"
@@ -334,12 +355,14 @@ type FastdropProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastdropMapSpecs struct {
-	FdCounters *ebpf.MapSpec `ebpf:"fd_counters"`
-	FdMain     *ebpf.MapSpec `ebpf:"fd_main"`
-	FdRules    *ebpf.MapSpec `ebpf:"fd_rules"`
-	FdV4Sparse *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
-	FdV4Tbl8   *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
-	FdV6Tab    *ebpf.MapSpec `ebpf:"fd_v6_tab"`
+	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
+	FdMain        *ebpf.MapSpec `ebpf:"fd_main"`
+	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
+	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
+	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
+	FdV6Tab       *ebpf.MapSpec `ebpf:"fd_v6_tab"`
+	FdXskCounters *ebpf.MapSpec `ebpf:"fd_xsk_counters"`
+	FdXsks        *ebpf.MapSpec `ebpf:"fd_xsks"`
 }
 
 // FastdropVariableSpecs contains global variables before they are loaded into the kernel.
@@ -371,12 +394,14 @@ func (o *FastdropObjects) Close() error {
 //
 // It can be passed to LoadFastdropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastdropMaps struct {
-	FdCounters *ebpf.Map `ebpf:"fd_counters"`
-	FdMain     *ebpf.Map `ebpf:"fd_main"`
-	FdRules    *ebpf.Map `ebpf:"fd_rules"`
-	FdV4Sparse *ebpf.Map `ebpf:"fd_v4_sparse"`
-	FdV4Tbl8   *ebpf.Map `ebpf:"fd_v4_tbl8"`
-	FdV6Tab    *ebpf.Map `ebpf:"fd_v6_tab"`
+	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
+	FdMain        *ebpf.Map `ebpf:"fd_main"`
+	FdRules       *ebpf.Map `ebpf:"fd_rules"`
+	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
+	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
+	FdV6Tab       *ebpf.Map `ebpf:"fd_v6_tab"`
+	FdXskCounters *ebpf.Map `ebpf:"fd_xsk_counters"`
+	FdXsks        *ebpf.Map `ebpf:"fd_xsks"`
 }
 
 func (m *FastdropMaps) Close() error {
@@ -387,6 +412,8 @@ func (m *FastdropMaps) Close() error {
 		m.FdV4Sparse,
 		m.FdV4Tbl8,
 		m.FdV6Tab,
+		m.FdXskCounters,
+		m.FdXsks,
 	)
 }
 

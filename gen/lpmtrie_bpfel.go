@@ -55,6 +55,8 @@ type LpmtrieFdRuleRec struct {
 	TcpSet     uint8
 	TcpClear   uint8
 	TcpExact   uint8
+	QueueLo    uint16
+	QueueHi    uint16
 	DscpLo     uint8
 	DscpHi     uint8
 	DscpNamed  uint8
@@ -63,8 +65,9 @@ type LpmtrieFdRuleRec struct {
 	TypeNamed  uint8
 	CodeLo     uint8
 	CodeHi     uint8
-	Match      [16]uint8
-	Reserved   [32]uint8
+	Match      [12]uint8
+	Origin     [16]int8
+	Reserved   [16]uint8
 }
 
 type LpmtrieFdV4Sparse struct {
@@ -89,6 +92,8 @@ const (
 	LpmtrieMapFdV4Sparse      = "fd_v4_sparse"
 	LpmtrieMapFdV4Tbl8        = "fd_v4_tbl8"
 	LpmtrieMapFdV6Tab         = "fd_v6_tab"
+	LpmtrieMapFdXskCounters   = "fd_xsk_counters"
+	LpmtrieMapFdXsks          = "fd_xsks"
 	LpmtrieProgXdpLpmBaseline = "xdp_lpm_baseline"
 	LpmtrieVarFdBtfAnchor     = "fd_btf_anchor"
 	LpmtrieVarFdCounterSlots  = "fd_counter_slots"
@@ -153,6 +158,8 @@ type LpmtrieMapSpecs struct {
 	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
 	FdV6Tab       *ebpf.MapSpec `ebpf:"fd_v6_tab"`
+	FdXskCounters *ebpf.MapSpec `ebpf:"fd_xsk_counters"`
+	FdXsks        *ebpf.MapSpec `ebpf:"fd_xsks"`
 }
 
 // LpmtrieVariableSpecs contains global variables before they are loaded into the kernel.
@@ -193,6 +200,8 @@ type LpmtrieMaps struct {
 	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
 	FdV6Tab       *ebpf.Map `ebpf:"fd_v6_tab"`
+	FdXskCounters *ebpf.Map `ebpf:"fd_xsk_counters"`
+	FdXsks        *ebpf.Map `ebpf:"fd_xsks"`
 }
 
 func (m *LpmtrieMaps) Close() error {
@@ -206,6 +215,8 @@ func (m *LpmtrieMaps) Close() error {
 		m.FdV4Sparse,
 		m.FdV4Tbl8,
 		m.FdV6Tab,
+		m.FdXskCounters,
+		m.FdXsks,
 	)
 }
 

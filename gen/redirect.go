@@ -1,3 +1,3 @@
 package gen
 
-//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -mcpu=v3 -g -Wall -Werror -I../bpf/include" -target bpfel -type counter -type xsk_action -type xsk_match -type xsk_rule -type xsk_filter Redirect ../bpf/redirect.c
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -cflags "-O2 -mcpu=v3 -g -Wall -Werror -I../bpf/include" -target bpfel -type counter Redirect ../bpf/redirect.c

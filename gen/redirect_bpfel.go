@@ -19,59 +19,14 @@ type RedirectCounter struct {
 	Bytes   uint64
 }
 
-type RedirectXskAction uint32
-
-const (
-	RedirectXskActionXSK_ACT_REDIRECT RedirectXskAction = 0
-	RedirectXskActionXSK_ACT_PASS     RedirectXskAction = 1
-	RedirectXskActionXSK_ACT_DROP     RedirectXskAction = 2
-)
-
-type RedirectXskFilter struct {
-	_      structs.HostLayout
-	Nrules uint32
-	Dflt   RedirectXskAction
-	Rules  [8]RedirectXskRule
-}
-
-type RedirectXskMatch uint32
-
-const (
-	RedirectXskMatchXSK_M_PROTO RedirectXskMatch = 1
-	RedirectXskMatchXSK_M_SRC   RedirectXskMatch = 2
-	RedirectXskMatchXSK_M_DST   RedirectXskMatch = 4
-	RedirectXskMatchXSK_M_SPORT RedirectXskMatch = 8
-	RedirectXskMatchXSK_M_DPORT RedirectXskMatch = 16
-	RedirectXskMatchXSK_M_IPV4  RedirectXskMatch = 32
-	RedirectXskMatchXSK_M_IPV6  RedirectXskMatch = 64
-)
-
-type RedirectXskRule struct {
-	_       structs.HostLayout
-	Match   RedirectXskMatch
-	Action  RedirectXskAction
-	Src     [4]uint32
-	SrcMask [4]uint32
-	Dst     [4]uint32
-	DstMask [4]uint32
-	SportLo uint16
-	SportHi uint16
-	DportLo uint16
-	DportHi uint16
-	Proto   uint8
-	Pad     [3]uint8
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	RedirectMapFilters       = "filters"
 	RedirectMapQueueVerdicts = "queue_verdicts"
 	RedirectMapXsks          = "xsks"
 	RedirectProgXskRedirect  = "xsk_redirect"
 	RedirectVarQueueMask     = "queue_mask"
-	RedirectVarUseFilters    = "use_filters"
 )
 
 // LoadRedirect returns the embedded CollectionSpec for Redirect.
@@ -123,7 +78,6 @@ type RedirectProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type RedirectMapSpecs struct {
-	Filters       *ebpf.MapSpec `ebpf:"filters"`
 	QueueVerdicts *ebpf.MapSpec `ebpf:"queue_verdicts"`
 	Xsks          *ebpf.MapSpec `ebpf:"xsks"`
 }
@@ -132,8 +86,7 @@ type RedirectMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type RedirectVariableSpecs struct {
-	QueueMask  *ebpf.VariableSpec `ebpf:"queue_mask"`
-	UseFilters *ebpf.VariableSpec `ebpf:"use_filters"`
+	QueueMask *ebpf.VariableSpec `ebpf:"queue_mask"`
 }
 
 // RedirectObjects contains all objects after they have been loaded into the kernel.
@@ -156,14 +109,12 @@ func (o *RedirectObjects) Close() error {
 //
 // It can be passed to LoadRedirectObjects or ebpf.CollectionSpec.LoadAndAssign.
 type RedirectMaps struct {
-	Filters       *ebpf.Map `ebpf:"filters"`
 	QueueVerdicts *ebpf.Map `ebpf:"queue_verdicts"`
 	Xsks          *ebpf.Map `ebpf:"xsks"`
 }
 
 func (m *RedirectMaps) Close() error {
 	return _RedirectClose(
-		m.Filters,
 		m.QueueVerdicts,
 		m.Xsks,
 	)
@@ -173,8 +124,7 @@ func (m *RedirectMaps) Close() error {
 //
 // It can be passed to LoadRedirectObjects or ebpf.CollectionSpec.LoadAndAssign.
 type RedirectVariables struct {
-	QueueMask  *ebpf.Variable `ebpf:"queue_mask"`
-	UseFilters *ebpf.Variable `ebpf:"use_filters"`
+	QueueMask *ebpf.Variable `ebpf:"queue_mask"`
 }
 
 // RedirectPrograms contains all programs after they have been loaded into the kernel.

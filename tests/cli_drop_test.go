@@ -29,6 +29,7 @@ type jsonRule struct {
 	Index   int    `json:"index"`
 	Rule    string `json:"rule"`
 	Kind    string `json:"kind"`
+	Origin  string `json:"origin"`
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
 }

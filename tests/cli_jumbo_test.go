@@ -3,6 +3,7 @@ package tests
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -120,7 +121,7 @@ func TestCLIJumboRedirect(t *testing.T) {
 		Redirected uint64 `json:"redirected"`
 		RxDropped  uint64 `json:"rx_dropped"`
 	}
-	lines := strings.Split(strings.TrimSpace(cmd.Stdout.(*strings.Builder).String()), "\n")
+	lines := strings.Split(strings.TrimSpace(cmd.Stdout.(fmt.Stringer).String()), "\n")
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &q), lines[len(lines)-1])
 	require.Equal(t, uint64(3), q.Redirected, "every frame to 4242 redirected by the program, the jumbo one too")
 	require.Equal(t, uint64(2), q.RxFrames, "the small frames reached the socket")

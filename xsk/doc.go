@@ -1,15 +1,18 @@
 // Package xsk is a pure-Go AF_XDP socket: UMEM, the four rings shared with
 // the kernel, a batch receive/transmit API whose frames are views into the
-// UMEM (no copy, no allocation per packet), a Run loop, and the redirect
-// program that hands a device queue's frames to a socket.
+// UMEM (no copy, no allocation per packet), a Run loop, and the plain
+// redirect program that hands a device queue's frames to a socket.
 //
 // # Setup
 //
 // An AF_XDP socket is bound to one rx/tx queue of one device. Frames reach
-// it only through an XDP program that redirects into an XSKMAP; Redirect
-// is that program (with per-queue selection, per-queue filters and counters
-// per queue and verdict), loaded but not attached: attach Program() with
-// package loader or link.AttachXDP, then Register each socket.
+// it only through an XDP program that redirects into an XSKMAP. Redirect
+// is the plain one (every frame of the selected queues, with counters per
+// queue and verdict; no rules), loaded but not attached: attach Program()
+// with package loader or link.AttachXDP, then Register each socket. To
+// choose frames by rules (the redirect action and the queue field of
+// docs/RULES.md), register the sockets with a fastdrop.Engine instead:
+// OpenQueues(RegisterFunc(engine.RegisterSocket), ...).
 //
 //	red, err := xsk.NewRedirect(xsk.RedirectOptions{})
 //	// attach red.Program() to the device

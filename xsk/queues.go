@@ -90,11 +90,25 @@ type Queues struct {
 	UMEM    *UMEM
 }
 
+// SocketRegistry is where OpenQueues registers the sockets it opens: a
+// Redirect, or the fast-drop engine's XSKMAP through RegisterFunc.
+type SocketRegistry interface {
+	Register(s *Socket) error
+}
+
+// RegisterFunc is a SocketRegistry that registers a socket by its queue
+// and file descriptor, as fastdrop.Engine.RegisterSocket does:
+// xsk.RegisterFunc(engine.RegisterSocket).
+type RegisterFunc func(queue, fd int) error
+
+// Register registers s by its queue and file descriptor.
+func (f RegisterFunc) Register(s *Socket) error { return f(s.Queue(), s.Fd()) }
+
 // OpenQueues opens one socket per queue of opts.Socket's device and
 // registers each with red, whose program is (or will be) attached to that
 // device. An error names the queue it happened on; whatever was opened
 // before it is closed again.
-func OpenQueues(red *Redirect, queues []int, opts QueueOptions) (q *Queues, err error) {
+func OpenQueues(red SocketRegistry, queues []int, opts QueueOptions) (q *Queues, err error) {
 	if len(queues) == 0 {
 		return nil, fmt.Errorf("xsk: open queues: %w (no queues)", ErrInvalidOptions)
 	}

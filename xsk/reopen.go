@@ -16,10 +16,8 @@ var ErrNotRedirect = errors.New("not xdpdrop's redirect program")
 // OpenRedirect reopens the maps of a redirect program that another process
 // loaded (for example one found by id through loader.Status), so that its
 // per-queue counters can be read while that process runs. prog is cloned:
-// the caller keeps its own handle. The result reads counters and may change
-// filters; its Register, like everything else, acts on the live program.
-// Whether filters were enabled at load time is unknown here, so SetFilter
-// is refused.
+// the caller keeps its own handle. Its Register, like everything else,
+// acts on the live program.
 func OpenRedirect(prog *ebpf.Program) (*Redirect, error) {
 	info, err := prog.Info()
 	if err != nil {
@@ -48,8 +46,6 @@ func OpenRedirect(prog *ebpf.Program) (*Redirect, error) {
 			r.objs.QueueVerdicts = m
 		case gen.RedirectMapXsks:
 			r.objs.Xsks = m
-		case gen.RedirectMapFilters:
-			r.objs.Filters = m
 		default:
 			m.Close() // .rodata and the like
 		}

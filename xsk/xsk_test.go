@@ -6,8 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
-	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/xdpdrop/xdpdrop/fastdrop"
 	"github.com/xdpdrop/xdpdrop/internal/frames"
 	"github.com/xdpdrop/xdpdrop/xsk"
 )
@@ -107,36 +108,61 @@ type xdpMD struct {
 	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
 }
 
-// TestFilterVerdicts drives the redirect program with BPF_PROG_TEST_RUN:
-// frame in, verdict out, per queue, with sockets registered on queues 0-2
-// so that a redirect shows as XDP_REDIRECT.
-func TestFilterVerdicts(t *testing.T) {
-	udp53 := &xsk.PortRange{Lo: 53, Hi: 53}
+// redirectRules is the rule file of TestRedirectVerdicts: drop rules
+// (the drop command's, prefix and compound), then a per-queue filter of
+// origin redirect, as xdpdrop redirect --queues 0-2 makes it.
+const (
+	dropRules = `
+drop src 10.1.0.0/16
+drop udp dport 11211
+`
+	redirectFilter = `
+redirect queue 0
+pass udp dport 53 queue 1
+redirect tcp queue 1
+redirect udp src 2001:db8:1::/48 sport 100-200 queue 1
+drop queue 2
+`
+)
+
+// TestRedirectVerdicts feeds the same frames and rule files, with
+// BPF_PROG_TEST_RUN on queues 0-3 of a veth, to the program as xdpdrop
+// drop loads it (no sockets) and as xdpdrop redirect uses it (sockets on
+// queues 0-2), and to the model: every verdict must be the same, except
+// that a frame a redirect rule chose goes to its socket (XDP_REDIRECT)
+// where there is one and to the stack (XDP_PASS) where there is none. The
+// drop rules come first: a frame they drop is never redirected.
+func TestRedirectVerdicts(t *testing.T) {
 	e := newEnv(t, 4, xsk.RedirectOptions{})
-	// A second, unattached program: test runs are all its counters see.
-	red, err := xsk.NewRedirect(xsk.RedirectOptions{
-		Queues: []int{0, 1, 2}, // queue 3 is not selected
-		Filters: map[int]xsk.Filter{
-			// queue 0: no filter entry: everything redirects.
-			1: {Rules: []xsk.Rule{
-				{Action: xsk.ActionPass, HasProto: true, Proto: 17, DstPort: udp53},
-				{Action: xsk.ActionDrop, Src: netip.MustParsePrefix("10.1.0.0/16")},
-				{Action: xsk.ActionRedirect, HasProto: true, Proto: 6},
-				{Action: xsk.ActionRedirect, Src: netip.MustParsePrefix("2001:db8:1::/48"), HasProto: true, Proto: 17, SrcPort: &xsk.PortRange{Lo: 100, Hi: 200}},
-			}, Default: xsk.ActionPass},
-			2: {Default: xsk.ActionDrop},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
+	load := func() *fastdrop.Engine {
+		eng, err := fastdrop.New(fastdrop.Options{MaxRules: 64, IPv4Blocks: 16, IPv4HostBlocks: 16, IPv6Entries: 1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { eng.Close() })
+		for _, f := range []struct{ origin, text string }{{"", dropRules}, {fastdrop.OriginRedirect, redirectFilter}} {
+			rs, err := fastdrop.Parse(strings.NewReader(f.text), "rules")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := eng.ApplyOrigin(f.origin, rs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return eng
 	}
-	defer red.Close()
+	dropProg, redirProg := load(), load()
 	for q := range 3 {
 		s := e.open(t, xsk.Options{Queue: q, FillSize: 64, RxSize: 64, TxSize: 64, CompletionSize: 64, Frames: 128})
-		if err := red.Register(s); err != nil {
+		if err := xsk.RegisterFunc(redirProg.RegisterSocket).Register(s); err != nil {
 			t.Fatal(err)
 		}
 	}
+	all, err := redirProg.RuleSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := fastdrop.NewModel(all)
 	const (
 		drop     = 1
 		pass     = 2
@@ -149,11 +175,13 @@ func TestFilterVerdicts(t *testing.T) {
 		name  string
 		queue uint32
 		frame []byte
-		want  uint32
+		want  uint32 // with sockets on queues 0-2
 	}{
-		{"q0 anything", 0, udp("10.1.2.3", "10.0.0.1", 1, 53), redirect},
+		{"q0 anything", 0, udp("10.2.2.3", "10.0.0.1", 1, 53), redirect},
 		{"q0 arp", 0, frames.ARPRequest("10.0.0.1", "10.0.0.2").Bytes, redirect},
-		{"q1 dns passes", 1, udp("10.1.2.3", "10.0.0.1", 1, 53), pass},
+		{"q0 drop prefix first", 0, udp("10.1.2.3", "10.0.0.1", 1, 53), drop},
+		{"q0 drop rule first", 0, udp("10.2.2.3", "10.0.0.1", 1, 11211), drop},
+		{"q1 dns passes", 1, udp("10.2.2.3", "10.0.0.1", 1, 53), pass},
 		{"q1 prefix drops", 1, udp("10.1.2.3", "10.0.0.1", 1, 54), drop},
 		{"q1 tcp redirects", 1, frames.TCP4("10.2.0.1", "10.0.0.1", 1, 80, 0).Bytes, redirect},
 		{"q1 v6 sport in range", 1, frames.UDP6("2001:db8:1::5", "2001:db8::1", 150, 9, 4).Bytes, redirect},
@@ -162,78 +190,75 @@ func TestFilterVerdicts(t *testing.T) {
 		{"q1 default", 1, udp("10.2.0.1", "10.0.0.1", 1, 54), pass},
 		{"q1 arp default", 1, frames.ARPRequest("10.0.0.1", "10.0.0.2").Bytes, pass},
 		{"q1 truncated ip", 1, frames.UDP4("10.1.2.3", "10.0.0.1", 1, 54, 0).Truncate(20).Bytes, pass},
-		{"q2 default drop", 2, udp("10.2.0.1", "10.0.0.1", 1, 54), drop},
-		{"q3 not selected", 3, udp("10.1.2.3", "10.0.0.1", 1, 54), pass},
+		{"q2 drop", 2, udp("10.2.0.1", "10.0.0.1", 1, 54), drop},
+		{"q3 not selected", 3, udp("10.2.2.3", "10.0.0.1", 1, 54), pass},
+	}
+	run := func(p *ebpf.Program, frame []byte, queue uint32) uint32 {
+		t.Helper()
+		ctx := xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(e.veth.Index), RxQueueIndex: queue}
+		ret, err := p.Run(&ebpf.RunOptions{Data: frame, Context: &ctx})
+		if err != nil {
+			t.Fatalf("test run: %v", err)
+		}
+		return ret
+	}
+	xdpOf := map[fastdrop.Action]uint32{fastdrop.ActionDrop: drop, fastdrop.ActionPass: pass, fastdrop.ActionRedirect: redirect}
+	check := func(name string, frame []byte, queue uint32, want uint32) {
+		t.Helper()
+		got, gotDrop := run(redirProg.Program(), frame, queue), run(dropProg.Program(), frame, queue)
+		if want != 0 && got != want {
+			t.Errorf("%s: redirect program's verdict %d, want %d", name, got, want)
+		}
+		m := model.EvalOn(frame, queue).Verdict
+		wantDrop := xdpOf[m]
+		if m == fastdrop.ActionRedirect {
+			wantDrop = pass // no socket
+			if want == 0 && queue < 3 {
+				want = redirect
+			} else if want == 0 {
+				want = pass
+			}
+		}
+		if want == 0 {
+			want = wantDrop
+		}
+		if got != want || gotDrop != wantDrop {
+			t.Errorf("%s (queue %d): redirect program %d, drop program %d; model %s", name, queue, got, gotDrop, m)
+		}
 	}
 	for _, c := range cases {
-		ctx := xdpMD{DataEnd: uint32(len(c.frame)), IngressIfindex: uint32(e.veth.Index), RxQueueIndex: c.queue}
-		ret, err := red.Program().Run(&ebpf.RunOptions{Data: c.frame, Context: &ctx})
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		if ret != c.want {
-			t.Errorf("%s: verdict %d, want %d", c.name, ret, c.want)
-		}
+		check(c.name, c.frame, c.queue, c.want)
 	}
-	counters, err := red.Counters()
+	rng := rand.New(rand.NewPCG(14, 1))
+	for i := range 3000 {
+		frame := frames.Random(rng).Build().Bytes
+		if len(frame) < 14 {
+			continue
+		}
+		check(fmt.Sprintf("random frame %d %x", i, frame), frame, uint32(rng.IntN(4)), 0)
+	}
+	// The redirect counters by queue: what the sockets took, and (on the
+	// program without sockets) what none could.
+	qc, err := redirProg.QueueCounters(0, 1, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[int][3]uint64{} // queue -> redirected, passed, dropped
-	for _, c := range cases {
-		w := want[int(c.queue)]
-		switch c.want {
-		case redirect:
-			w[0]++
-		case pass:
-			w[1]++
-		case drop:
-			w[2]++
-		}
-		want[int(c.queue)] = w
+	if qc[0].Redirected.Packets == 0 || qc[1].Redirected.Packets == 0 || qc[0].NoSocket.Packets != 0 || qc[2].Redirected.Packets+qc[2].NoSocket.Packets != 0 {
+		t.Errorf("redirect counters of queues 0, 1, 3: %+v", qc)
 	}
-	for q := range 4 {
-		c := counters[q]
-		got := [3]uint64{c.Redirected.Packets, c.Passed.Packets, c.Dropped.Packets}
-		if got != want[q] {
-			t.Errorf("queue %d counters (redirected, passed, dropped) = %v, want %v", q, got, want[q])
-		}
+	if qc, err := dropProg.QueueCounters(0); err != nil || qc[0].Redirected.Packets != 0 || qc[0].NoSocket.Packets == 0 {
+		t.Errorf("drop program's redirect counters of queue 0: %+v, %v", qc, err)
 	}
-
-	// Filters change at run time.
-	if err := red.SetFilter(2, xsk.Filter{}); err != nil {
+	// An unregistered queue falls back to the stack.
+	if err := redirProg.UnregisterSocket(0); err != nil {
 		t.Fatal(err)
 	}
-	f := udp("10.2.0.1", "10.0.0.1", 1, 54)
-	ctx := xdpMD{DataEnd: uint32(len(f)), IngressIfindex: uint32(e.veth.Index), RxQueueIndex: 2}
-	if ret, err := red.Program().Run(&ebpf.RunOptions{Data: f, Context: &ctx}); err != nil || ret != redirect {
-		t.Errorf("queue 2 after SetFilter: verdict %d (%v), want redirect", ret, err)
-	}
-	// Unregistered queue falls back to the stack.
-	if err := red.Unregister(2); err != nil {
-		t.Fatal(err)
-	}
-	if ret, err := red.Program().Run(&ebpf.RunOptions{Data: f, Context: &ctx}); err != nil || ret != pass {
-		t.Errorf("queue 2 without socket: verdict %d (%v), want pass", ret, err)
+	if ret := run(redirProg.Program(), udp("10.2.2.3", "10.0.0.1", 1, 53), 0); ret != pass {
+		t.Errorf("queue 0 without socket: verdict %d, want pass", ret)
 	}
 }
 
-func TestFilterValidation(t *testing.T) {
-	bad := []xsk.Filter{
-		{Rules: make([]xsk.Rule, xsk.MaxRules+1)},
-		{Rules: []xsk.Rule{{DstPort: &xsk.PortRange{Lo: 1, Hi: 1}}}},                           // port without proto
-		{Rules: []xsk.Rule{{HasProto: true, Proto: 1, DstPort: &xsk.PortRange{Lo: 1, Hi: 1}}}}, // port with icmp
-		{Rules: []xsk.Rule{{HasProto: true, Proto: 6, DstPort: &xsk.PortRange{Lo: 9, Hi: 1}}}},
-		{Rules: []xsk.Rule{{Src: netip.MustParsePrefix("10.0.0.0/8"), Dst: netip.MustParsePrefix("::/0")}}},
-		{Rules: []xsk.Rule{{Action: 9}}},
-		{Default: 7},
-	}
-	for i, f := range bad {
-		_, err := xsk.NewRedirect(xsk.RedirectOptions{Filters: map[int]xsk.Filter{0: f}})
-		if !errors.Is(err, xsk.ErrInvalidOptions) {
-			t.Errorf("filter %d: error %v, want ErrInvalidOptions", i, err)
-		}
-	}
+func TestRedirectOptionsValidation(t *testing.T) {
 	if _, err := xsk.NewRedirect(xsk.RedirectOptions{Queues: []int{64}}); !errors.Is(err, xsk.ErrInvalidOptions) {
 		t.Errorf("queue 64: %v", err)
 	}

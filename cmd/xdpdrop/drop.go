@@ -55,6 +55,10 @@ program is loaded, with room for twice the rules; a new set that needs more
 makes drop load the program again with bigger tables and swap it in, just as
 atomically (the counters then start from zero).
 
+If xdpdrop redirect runs on the interface, drop replaces only its own
+rules (and the policy): the redirect's rules and sockets stay, after the
+drop rules (docs/RULES.md, "Origins").
+
 Rule syntax: docs/RULES.md. Detach with 'xdpdrop detach --iface IF'.`,
 		Example: `  xdpdrop drop --iface eth3 --rules attack.rules
   xdpdrop drop --iface eth3 --deny 203.0.113.0/24 --deny 2001:db8:bad::/48
@@ -202,7 +206,7 @@ func (a *app) drop(f *dropFlags) error {
 	case err == nil:
 		defer att.Close()
 		defer eng.Close()
-		reloaded, err := reloadIfFull(att, eng, eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
+		reloaded, err := applyDrop(att, eng, "", rs)
 		res.Reloaded = reloaded
 		if err != nil {
 			return fmt.Errorf("replace the rules on %s: %w", f.iface, err)
@@ -241,13 +245,57 @@ func (a *app) drop(f *dropFlags) error {
 	return a.printDrop(res, f.jsonOut)
 }
 
+// applyDrop replaces the rules of origin (and, for the default origin's
+// file, the policy and malformed verdict; another origin's only if its
+// file names them) on a running fast drop, leaving the
+// rules of other origins (xdpdrop redirect's) in force, and loads the
+// program again with bigger tables if they outgrow it.
+func applyDrop(att *loader.Attachment, eng *fastdrop.Engine, origin string, rs *fastdrop.RuleSet) (reloaded bool, err error) {
+	set := *rs
+	if origin == "" {
+		// The drop command's file owns the policies: no line is pass.
+		set.Policy, set.Malformed = rs.EffectivePolicy(), rs.EffectiveMalformed()
+	}
+	return reloadIfFull(att, eng, eng.ApplyOrigin(origin, &set), func() (*fastdrop.RuleSet, error) {
+		return withOtherOrigins(eng, origin, &set)
+	})
+}
+
+// withOtherOrigins returns the rule set in force with the rules of origin
+// replaced by rs's, and rs's policies: what the engine would hold after
+// ApplyOrigin.
+func withOtherOrigins(eng *fastdrop.Engine, origin string, rs *fastdrop.RuleSet) (*fastdrop.RuleSet, error) {
+	cur, err := eng.RuleSet()
+	if err != nil {
+		return nil, err
+	}
+	out := &fastdrop.RuleSet{Policy: cur.Policy, Malformed: cur.Malformed}
+	if rs.Policy != 0 {
+		out.Policy = rs.Policy
+	}
+	if rs.Malformed != 0 {
+		out.Malformed = rs.Malformed
+	}
+	for _, r := range cur.Rules {
+		if r.Origin != origin {
+			out.Rules = append(out.Rules, r)
+		}
+	}
+	for _, r := range rs.Rules {
+		r.Origin = origin
+		out.Rules = append(out.Rules, r)
+	}
+	return out, nil
+}
+
 const reloadedNote = "(the rules outgrew the tables the program was loaded with: it was loaded again with bigger ones and swapped in; rule counters start from zero)"
 
 // reloadIfFull passes err on, unless it says the tables the program was
 // loaded with are full (they are sized at load): then it loads the program
-// again for the rule set that set returns and swaps it in (reloadDrop).
-// The old engine is closed first, so that its copies of the tables (of
-// millions of rules, perhaps) are not held beside the new ones.
+// again for the rule set that set returns (the whole set, every origin's
+// rules) and swaps it in (reloadDrop). The old engine is closed first, so
+// that its copies of the tables (of millions of rules, perhaps) are not
+// held beside the new ones.
 func reloadIfFull(att *loader.Attachment, old *fastdrop.Engine, err error, set func() (*fastdrop.RuleSet, error)) (reloaded bool, _ error) {
 	if !errors.Is(err, fastdrop.ErrCapacity) {
 		return false, err
@@ -262,9 +310,22 @@ func reloadIfFull(att *loader.Attachment, old *fastdrop.Engine, err error, set f
 
 // reloadDrop loads the drop program anew with tables sized for rs, and
 // replaces the attached one and its pinned maps with it atomically: every
-// packet meets the old program or the new one.
+// packet meets the old program or the new one. The AF_XDP sockets stay:
+// the new program takes over the pinned socket maps (a running xdpdrop
+// redirect keeps its sockets).
 func reloadDrop(att *loader.Attachment, rs *fastdrop.RuleSet) error {
-	eng, err := fastdrop.New(fastdrop.CapacityFor(rs, 2))
+	opts := fastdrop.CapacityFor(rs, 2)
+	socks, err := fastdrop.PinnedSocketMaps(att.MapsDir())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, m := range socks {
+			m.Close()
+		}
+	}()
+	opts.SocketMaps = socks
+	eng, err := fastdrop.New(opts)
 	if err != nil {
 		return err
 	}

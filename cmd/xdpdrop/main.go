@@ -22,7 +22,12 @@ func main() {
 	// it removes what it made: they cancel it like Ctrl-C. The handler
 	// stays until the process exits: a signal arriving between the end of
 	// the command and the exit must not turn a clean exit into "killed".
-	ctx, _ := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	// `xdpdrop agent` is the exception: SIGHUP rereads its rule files.
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE}
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		sigs = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE}
+	}
+	ctx, _ := signal.NotifyContext(context.Background(), sigs...)
 	// A command that loads a million rules holds a few hundred MiB of
 	// them and their tables at once; collecting garbage at 1.5 times
 	// that rather than twice keeps its peak about 100 MiB lower, at no
@@ -124,6 +129,7 @@ queue is doing.`,
 		a.demoCmd(),
 		a.exporterCmd(),
 		a.docsCmd(),
+		a.agentCmd(),
 	)
 	// Add cobra's completion command now rather than at Execute, so that
 	// the reference (xdpdrop docs) sees the same tree as users do.

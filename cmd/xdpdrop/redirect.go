@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,9 +43,8 @@ type queueSample struct {
 	RxBytes    uint64  `json:"rx_bytes"`
 	TxFrames   uint64  `json:"tx_frames"`
 	PPS        float64 `json:"pps"`
-	Redirected uint64  `json:"redirected"` // by the program, to this queue's socket
-	Passed     uint64  `json:"passed"`     // by the program, to the kernel stack
-	Dropped    uint64  `json:"dropped"`    // by the program's filter
+	Redirected uint64  `json:"redirected"` // chosen by a redirect rule or policy, to this queue's socket
+	NoSocket   uint64  `json:"no_socket"`  // chosen so, but no socket was bound: to the kernel stack
 	RingFull   uint64  `json:"rx_ring_full"`
 	FillEmpty  uint64  `json:"rx_fill_ring_empty"`
 	KernelDrop uint64  `json:"rx_dropped"`
@@ -56,17 +56,25 @@ func (a *app) redirectCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "redirect --iface IF [--queues 0-3] [--filter RULES] --action count|drop|pcap=FILE|l2fwd",
 		Short: "Hand the traffic of chosen queues to AF_XDP sockets and act on it, with live per-queue rates",
-		Long: `redirect attaches the redirect program to an interface, opens one AF_XDP
-socket per selected rx queue and runs in the foreground, printing per-queue
-rates every second, until --duration, --count or Ctrl-C; then it detaches
+		Long: `redirect hands frames of the selected rx queues to AF_XDP sockets, one per
+queue, and runs in the foreground, printing per-queue rates every second,
+until --duration, --count or Ctrl-C; then it removes its rules and sockets
 and closes everything it made.
 
---filter takes a rule file in the fast-drop syntax (docs/RULES.md) limited
-to what the redirect program evaluates itself: actions redirect (to the
-socket), pass (to the kernel stack) or drop, and the fields src, dst, proto
-(tcp, udp, ...), sport and dport; at most 8 rules; 'policy' sets what
-happens to the rest (default pass). Without --filter every frame of the
-selected queues goes to user space; other queues always go to the stack.
+It runs on the fast-drop program: its rules are ordinary rules of origin
+"redirect" (docs/RULES.md, "Origins"). If xdpdrop drop already runs on the
+interface, they join its rules, after them, so a frame the drop rules
+match is dropped (or passed) before anything reaches a socket; otherwise
+redirect attaches the program itself (pinned, so that a later xdpdrop drop
+adds its rules to it) and detaches it on exit unless other rules remain.
+
+--filter takes a rule file (docs/RULES.md): drop, pass and redirect rules
+with any fields, queue too. Its rules apply to the selected queues only: a
+rule without queue is given them, a rule with queue must lie within them.
+'policy' sets what happens to the rest of those frames: pass (the default)
+leaves them to the interface's rules and policy, redirect or drop takes
+them. Without --filter every frame of the selected queues goes to user
+space (policy redirect), unless a drop rule takes it first.
 
 Actions:
   count       receive, count frames per queue and per protocol, recycle
@@ -84,7 +92,7 @@ Actions:
 	fl := cmd.Flags()
 	fl.StringVar(&f.iface, "iface", "", "interface (required)")
 	fl.StringVar(&f.queues, "queues", "0", "rx queues to redirect: 0-3, 0,2,5, or all")
-	fl.StringVar(&f.filter, "filter", "", "rule file choosing which frames of those queues go to user space")
+	fl.StringVar(&f.filter, "filter", "", "rule file choosing which frames of those queues go to user space (docs/RULES.md)")
 	fl.StringVar(&f.mode, "mode", "auto", "XDP mode: driver, generic or auto")
 	fl.StringVar(&f.action, "action", "count", "count, drop, pcap=FILE or l2fwd")
 	fl.BoolVar(&f.copyMode, "copy", false, "force copy mode")
@@ -115,40 +123,82 @@ func parseQueues(s string) ([]int, error) {
 	return q, nil
 }
 
-// filterFromRules turns a rule file into the redirect program's filter,
-// naming the line of anything it cannot evaluate.
-func filterFromRules(path string) (xsk.Filter, error) {
-	rs, err := fastdrop.ParseFile(path)
-	if err != nil {
-		return xsk.Filter{}, err
-	}
-	if len(rs.Rules) > xsk.MaxRules {
-		return xsk.Filter{}, fmt.Errorf("%s: %d rules: a redirect filter holds at most %d", path, len(rs.Rules), xsk.MaxRules)
-	}
-	action := func(a fastdrop.Action) xsk.Action {
-		switch a {
-		case fastdrop.ActionRedirect:
-			return xsk.ActionRedirect
-		case fastdrop.ActionDrop:
-			return xsk.ActionDrop
+// queueRuns splits queues into runs of consecutive queues, as queue
+// fields: 0,1,2,5 -> 0-2, 5.
+func queueRuns(queues []int) []fastdrop.PortRange {
+	qs := slices.Clone(queues)
+	slices.Sort(qs)
+	var runs []fastdrop.PortRange
+	for _, q := range qs {
+		if n := len(runs); n > 0 && int(runs[n-1].Hi)+1 == q {
+			runs[n-1].Hi++
+			continue
 		}
-		return xsk.ActionPass
+		runs = append(runs, fastdrop.PortRange{Lo: uint16(q), Hi: uint16(q)})
 	}
-	f := xsk.Filter{Default: action(rs.EffectivePolicy())}
-	for _, r := range rs.Rules {
-		if r.EtherType != 0 || r.Fragment {
-			return xsk.Filter{}, fmt.Errorf("%s:%d: %q: a redirect filter matches src, dst, proto, sport and dport only", path, r.Line, r.String())
-		}
-		xr := xsk.Rule{Action: action(r.Action), Proto: r.Proto, HasProto: r.HasProto, Src: r.Src, Dst: r.Dst}
-		if r.SrcPort != nil {
-			xr.SrcPort = &xsk.PortRange{Lo: r.SrcPort.Lo, Hi: r.SrcPort.Hi}
-		}
-		if r.DstPort != nil {
-			xr.DstPort = &xsk.PortRange{Lo: r.DstPort.Lo, Hi: r.DstPort.Hi}
-		}
-		f.Rules = append(f.Rules, xr)
+	return runs
+}
+
+// redirectRules makes the rules of origin redirect for the selected
+// queues: the rules of the file at path (none if ""), each limited to the
+// queues, then its policy, unless pass, as a last rule for them (without
+// a file: redirect). The error names the line of a rule that reaches past
+// the queues.
+func redirectRules(path string, queues []int) (*fastdrop.RuleSet, string, error) {
+	runs := queueRuns(queues)
+	selected := map[int]bool{}
+	for _, q := range queues {
+		selected[q] = true
 	}
-	return f, nil
+	in := &fastdrop.RuleSet{Policy: fastdrop.ActionRedirect}
+	if path != "" {
+		var err error
+		if in, err = fastdrop.ParseFile(path); err != nil {
+			return nil, "", err
+		}
+		if in.Malformed == fastdrop.ActionDrop {
+			return nil, "", fmt.Errorf("%s: 'malformed drop' is the interface's verdict, not a redirect filter's: set it with 'xdpdrop drop --iface IF --malformed drop' and leave it out of the filter", path)
+		}
+	}
+	out := &fastdrop.RuleSet{}
+	for _, r := range in.Rules {
+		if r.Queue == nil {
+			for _, run := range runs {
+				r.Queue = &run
+				out.Rules = append(out.Rules, r)
+			}
+			continue
+		}
+		for q := int(r.Queue.Lo); q <= int(r.Queue.Hi); q++ {
+			if !selected[q] {
+				return nil, "", fmt.Errorf("%s:%d: %q: queue %d has no socket of this command (--queues %s): add it to --queues, or leave queue out of the rule to mean the selected queues", path, r.Line, r.String(), q, queueList(queues))
+			}
+		}
+		out.Rules = append(out.Rules, r)
+	}
+	policy := in.EffectivePolicy()
+	if policy != fastdrop.ActionPass {
+		for _, run := range runs {
+			out.Rules = append(out.Rules, fastdrop.Rule{Action: policy, Queue: &run})
+		}
+	}
+	note := fmt.Sprintf("policy %s", policy)
+	if path != "" {
+		note = fmt.Sprintf("filter %s: %d rules, policy %s", path, len(in.Rules), policy)
+	}
+	if len(out.Rules) > fastdrop.MaxCompoundRules {
+		return nil, "", fmt.Errorf("%s: %d rules for %d runs of queues: more than the %d compound rules one program holds; select fewer runs of queues or write fewer rules", path, len(out.Rules), len(runs), fastdrop.MaxCompoundRules)
+	}
+	return out, note, nil
+}
+
+// queueList writes queues as --queues takes them: 0-2,5.
+func queueList(queues []int) string {
+	var parts []string
+	for _, r := range queueRuns(queues) {
+		parts = append(parts, r.String())
+	}
+	return strings.Join(parts, ",")
 }
 
 // socketOptions are the options of every queue's socket (xsk.OpenQueues
@@ -219,18 +269,9 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 			return err
 		}
 	}
-	ropts := xsk.RedirectOptions{Queues: queues}
-	filterNote := ""
-	if f.filter != "" {
-		filt, err := filterFromRules(f.filter)
-		if err != nil {
-			return err
-		}
-		filterNote = fmt.Sprintf(", filter %s: %d rules, policy %s", f.filter, len(filt.Rules), filt.Default)
-		ropts.Filters = map[int]xsk.Filter{}
-		for _, q := range queues {
-			ropts.Filters[q] = filt
-		}
+	rs, filterNote, err := redirectRules(f.filter, queues)
+	if err != nil {
+		return err
 	}
 	if f.busyPoll {
 		if note := xsk.NAPIDeferNote(f.iface); note != "" && !f.jsonOut {
@@ -246,29 +287,16 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 		defer func() { err = errors.Join(err, pw.Close()) }()
 	}
 
-	red, err := xsk.NewRedirect(ropts)
+	red, err := a.startRedirect(f, mode, rs)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, red.Close()) }()
-	// The lock is held while attaching only: the program is not pinned,
-	// and this process holds it until it exits.
-	lk, err := a.lockIface(f.iface, f.lockTimeout)
-	if err != nil {
-		return err
-	}
-	att, err := loader.Attach(red.Program(), loader.Options{
-		Interface: f.iface, Mode: mode,
-		Config: map[string]string{"program": "redirect", "queues": f.queues, "action": f.action},
-	})
-	lk.Unlock()
-	if err != nil {
-		return err
-	}
-	// Not pinned: Close detaches.
-	defer func() { err = errors.Join(err, att.Close()) }()
+	// On the way out (deferred calls run in reverse): the sockets close
+	// (their slots empty as they do), then the rules go, and the program
+	// too if this command attached it and no other rule is left.
+	defer func() { err = errors.Join(err, a.stopRedirect(red, f)) }()
 
-	qs, err := xsk.OpenQueues(red, queues, xsk.QueueOptions{Socket: sockOpts, SharedUMEM: f.sharedUMEM})
+	qs, err := xsk.OpenQueues(xsk.RegisterFunc(red.eng.RegisterSocket), queues, xsk.QueueOptions{Socket: sockOpts, SharedUMEM: f.sharedUMEM})
 	if errors.Is(err, xsk.ErrZeroCopyUnsupported) {
 		return fmt.Errorf("%w; leave out --zero-copy (the kernel then chooses) or use --copy", err)
 	}
@@ -282,13 +310,17 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 		if socks[0].ZeroCopy() {
 			zc = "zero-copy"
 		}
-		fmt.Fprintf(a.stdout, "redirecting queues %v of %s (%s mode, %s) to AF_XDP, action %s%s; Ctrl-C stops\n",
-			queues, f.iface, att.Mode(), zc, f.action, filterNote)
+		with := ""
+		if red.others > 0 {
+			with = fmt.Sprintf(", after the %d rules already there", red.others)
+		}
+		fmt.Fprintf(a.stdout, "redirecting queues %v of %s (%s mode, %s) to AF_XDP, action %s, %s%s; Ctrl-C stops\n",
+			queues, f.iface, red.att.Mode(), zc, f.action, filterNote, with)
 		fmt.Fprintf(a.stdout, "each socket: %s\n", describeRings(socks[0].Rings(), f.frameSize))
 	}
 	if f.metricsAddr != "" {
 		col := metrics.NewXSKCollector()
-		col.SetProgram(f.iface, red)
+		col.SetProgram(f.iface, queueCounters{red.eng})
 		for _, s := range socks {
 			col.SetSocket(f.iface, s.Queue(), s)
 		}
@@ -329,7 +361,7 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 		case <-tick.C:
 		}
 		now := time.Now()
-		if err := a.printQueues(f, red, socks, protos, prev, now.Sub(last)); err != nil {
+		if err := a.printQueues(f, red.eng, socks, protos, prev, now.Sub(last)); err != nil {
 			cancel()
 			wg.Wait()
 			return err
@@ -337,7 +369,7 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 		last = now
 		// Detached by another process (xdpdrop detach, ip link): the
 		// sockets would wait for frames that no longer come.
-		if running, err := att.Running(); err == nil && !running {
+		if running, err := red.running(a); err == nil && !running {
 			cancel()
 			wg.Wait()
 			return fmt.Errorf("the redirect program is no longer attached to %s: something else detached or replaced it (xdpdrop detach, ip link); stopped", f.iface)
@@ -464,19 +496,23 @@ func (p *pcapOut) write(b []byte) error {
 func (p *pcapOut) Close() error { return p.f.Close() }
 
 // printQueues prints one sample per queue, with rates over dt.
-func (a *app) printQueues(f *redirectFlags, red *xsk.Redirect, socks []*xsk.Socket, protos []protoCounts, prev map[int]queueSample, dt time.Duration) error {
-	qc, err := red.Counters()
+func (a *app) printQueues(f *redirectFlags, eng *fastdrop.Engine, socks []*xsk.Socket, protos []protoCounts, prev map[int]queueSample, dt time.Duration) error {
+	var queues []int
+	for _, s := range socks {
+		queues = append(queues, s.Queue())
+	}
+	qc, err := eng.QueueCounters(queues...)
 	if err != nil {
 		return err
 	}
-	byQueue := map[int]xsk.QueueCounters{}
+	byQueue := map[int]fastdrop.QueueCounter{}
 	for _, c := range qc {
 		byQueue[c.Queue] = c
 	}
 	now := time.Now()
 	t := table(a.stdout)
 	if !f.jsonOut {
-		fmt.Fprintf(t, "%s\tQUEUE\tRX FRAMES\tRATE\tREDIRECTED\tTO STACK\tRING FULL\tFILL EMPTY", now.Format("15:04:05"))
+		fmt.Fprintf(t, "%s\tQUEUE\tRX FRAMES\tRATE\tREDIRECTED\tNO SOCKET\tRING FULL\tFILL EMPTY", now.Format("15:04:05"))
 		if f.action == "count" {
 			fmt.Fprint(t, "\tTCP\tUDP\tICMP\tOTHER")
 		}
@@ -491,7 +527,7 @@ func (a *app) printQueues(f *redirectFlags, red *xsk.Redirect, socks []*xsk.Sock
 		q := queueSample{
 			Interface: f.iface, Queue: s.Queue(), Time: now.Format(time.RFC3339Nano),
 			RxFrames: st.RxFrames, RxBytes: st.RxBytes, TxFrames: st.TxFrames,
-			Redirected: c.Redirected.Packets, Passed: c.Passed.Packets, Dropped: c.Dropped.Packets,
+			Redirected: c.Redirected.Packets, NoSocket: c.NoSocket.Packets,
 			RingFull: st.Kernel.RxRingFull, FillEmpty: st.Kernel.RxFillRingEmptyDescs, KernelDrop: st.Kernel.RxDropped,
 			ZeroCopy: s.ZeroCopy(),
 		}
@@ -505,7 +541,7 @@ func (a *app) printQueues(f *redirectFlags, red *xsk.Redirect, socks []*xsk.Sock
 			}
 			continue
 		}
-		fmt.Fprintf(t, "\t%d\t%d\t%s\t%d\t%d\t%d\t%d", q.Queue, q.RxFrames, rate(q.PPS), q.Redirected, q.Passed, q.RingFull, q.FillEmpty)
+		fmt.Fprintf(t, "\t%d\t%d\t%s\t%d\t%d\t%d\t%d", q.Queue, q.RxFrames, rate(q.PPS), q.Redirected, q.NoSocket, q.RingFull, q.FillEmpty)
 		if f.action == "count" {
 			p := &protos[i]
 			fmt.Fprintf(t, "\t%d\t%d\t%d\t%d", p.tcp.Load(), p.udp.Load(), p.icmp.Load(), p.other.Load())
@@ -513,4 +549,161 @@ func (a *app) printQueues(f *redirectFlags, red *xsk.Redirect, socks []*xsk.Sock
 		fmt.Fprintln(t)
 	}
 	return t.Flush()
+}
+
+// redirectRun is what xdpdrop redirect set up on the interface: the
+// fast-drop engine its rules are in, and the attachment.
+type redirectRun struct {
+	iface    string
+	att      *loader.Attachment
+	eng      *fastdrop.Engine
+	attached bool // by this command
+	others   int  // rules of other origins when it started
+}
+
+// startRedirect puts the rules of rs, origin redirect, into the fast drop
+// on the interface, attaching it first (pinned) if none runs there.
+func (a *app) startRedirect(f *redirectFlags, mode loader.Mode, rs *fastdrop.RuleSet) (_ *redirectRun, err error) {
+	lk, err := a.lockIface(f.iface, f.lockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Unlock()
+	r := &redirectRun{iface: f.iface}
+	r.att, r.eng, err = a.openDrop(f.iface)
+	if errors.Is(err, loader.ErrStale) {
+		dir, why, rerr := loader.RemoveStalePins(f.iface, a.pinRoot)
+		if rerr != nil {
+			return nil, rerr
+		}
+		if dir != "" {
+			fmt.Fprintf(a.stderr, "xdpdrop: removed stale pins %s: %s\n", dir, why)
+		}
+		r.att, r.eng, err = a.openDrop(f.iface)
+	}
+	switch {
+	case err == nil:
+		mine, err := r.eng.OriginRules(fastdrop.OriginRedirect)
+		if err == nil && len(mine) > 0 {
+			err = fmt.Errorf("another xdpdrop redirect has its %d rules on %s: stop it first (if none runs, remove them with 'xdpdrop rules clear --iface %s --origin redirect')", len(mine), f.iface, f.iface)
+		}
+		if err == nil {
+			var all *fastdrop.RuleSet
+			if all, err = r.eng.RuleSet(); err == nil {
+				r.others = len(all.Rules)
+				err = r.eng.ApplyOrigin(fastdrop.OriginRedirect, rs)
+			}
+		}
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("redirect on %s: %w", f.iface, err), r.close())
+		}
+		return r, nil
+	case !errors.Is(err, loader.ErrNotPinned):
+		return nil, err
+	}
+	if r.eng, err = fastdrop.New(fastdrop.CapacityFor(rs, 2)); err != nil {
+		return nil, err
+	}
+	if err := r.eng.ApplyOrigin(fastdrop.OriginRedirect, rs); err != nil {
+		return nil, errors.Join(err, r.close())
+	}
+	// Pinned, so that xdpdrop drop (and rules) find the program and add
+	// their rules to it while this command runs.
+	r.att, err = loader.Attach(r.eng.Program(), loader.Options{
+		Interface: f.iface, Mode: mode, Pin: true, PinRoot: a.pinRoot, Maps: r.eng.Maps(),
+		Config: map[string]string{"program": programFastdrop, "requested_mode": mode.String(), "attached_by": "redirect"},
+	})
+	if err != nil {
+		return nil, errors.Join(err, r.close())
+	}
+	r.attached = true
+	return r, nil
+}
+
+// running reports whether a fast drop still runs on the interface: the
+// one this command found or attached, or one that replaced it with bigger
+// tables (xdpdrop drop), which keeps the sockets.
+func (r *redirectRun) running(a *app) (bool, error) {
+	if ok, err := r.att.Running(); err != nil || ok {
+		return ok, err
+	}
+	att, err := loader.Open(r.iface, a.pinRoot)
+	if err != nil {
+		return false, nil
+	}
+	defer att.Close()
+	if att.Meta().Config["program"] != programFastdrop {
+		return false, nil
+	}
+	return att.Running()
+}
+
+// stopRedirect removes this command's rules from the fast drop on the
+// interface (opened again: xdpdrop drop may have loaded it anew since)
+// and, if this command attached it and no other rule is left, detaches
+// it.
+func (a *app) stopRedirect(r *redirectRun, f *redirectFlags) error {
+	errs := []error{r.close()}
+	lk, err := a.lockIface(f.iface, f.lockTimeout)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	defer lk.Unlock()
+	att, eng, err := a.openDrop(f.iface)
+	if errors.Is(err, loader.ErrNotPinned) || errors.Is(err, loader.ErrStale) {
+		return errors.Join(errs...) // detached by someone else: nothing of ours is left
+	}
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	defer att.Close()
+	defer eng.Close()
+	if err := eng.ApplyOrigin(fastdrop.OriginRedirect, &fastdrop.RuleSet{}); err != nil {
+		return errors.Join(append(errs, fmt.Errorf("remove the redirect rules from %s: %w", f.iface, err))...)
+	}
+	if !r.attached {
+		return errors.Join(errs...)
+	}
+	rest, err := eng.RuleSet()
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	if len(rest.Rules) > 0 || rest.EffectivePolicy() != fastdrop.ActionPass || rest.EffectiveMalformed() != fastdrop.ActionPass {
+		return errors.Join(errs...) // xdpdrop drop's rules stay in force
+	}
+	eng.Close()
+	att.Close()
+	if err := loader.DetachInterface(f.iface, loader.DetachOptions{PinRoot: a.pinRoot}); err != nil && !errors.Is(err, loader.ErrNotAttached) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (r *redirectRun) close() error {
+	var errs []error
+	if r.eng != nil {
+		errs = append(errs, r.eng.Close())
+	}
+	if r.att != nil {
+		errs = append(errs, r.att.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// queueCounters gives the metrics collector the redirect counters of the
+// engine, in the shape of the plain redirect program's: what no socket
+// took is counted as passed.
+type queueCounters struct{ eng *fastdrop.Engine }
+
+func (q queueCounters) Counters() ([]xsk.QueueCounters, error) {
+	qc, err := q.eng.QueueCounters()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]xsk.QueueCounters, len(qc))
+	for i, c := range qc {
+		out[i] = xsk.QueueCounters{Queue: c.Queue,
+			Redirected: xsk.Counter(c.Redirected), Passed: xsk.Counter(c.NoSocket)}
+	}
+	return out, nil
 }

@@ -19,14 +19,20 @@ func (a *app) rulesCmd() *cobra.Command {
 		Short: "Add, delete, replace or list the rules of an attached fast drop",
 		Long: `rules changes the rule set of the fast drop attached to an interface while
 it runs. Each change is atomic, and rules that stay keep their counters.
-A rule is written as one line of a rule file (docs/RULES.md); quote it.`,
+A rule is written as one line of a rule file (docs/RULES.md); quote it.
+
+Every rule has an origin: drop (xdpdrop drop and these commands, the
+default), redirect (a running xdpdrop redirect), or another source's name.
+add, del, replace and clear change the rules of one origin (--origin)
+and leave the others' alone; list shows every rule with its origin.`,
 		Example: `  xdpdrop rules list --iface eth3
   xdpdrop rules add --iface eth3 'drop udp dport 11211' 'drop src 203.0.113.0/24'
   xdpdrop rules del --iface eth3 'drop src 203.0.113.0/24'
   xdpdrop rules replace --iface eth3 'drop udp dport 11211' 'drop udp dport 11211-11212'
-  xdpdrop rules replace --iface eth3 --rules attack.rules`,
+  xdpdrop rules replace --iface eth3 --rules attack.rules
+  xdpdrop rules clear --iface eth3 --origin redirect`,
 	}
-	cmd.AddCommand(a.rulesListCmd(), a.rulesAddCmd(), a.rulesDelCmd(), a.rulesReplaceCmd())
+	cmd.AddCommand(a.rulesListCmd(), a.rulesAddCmd(), a.rulesDelCmd(), a.rulesReplaceCmd(), a.rulesClearCmd())
 	return cmd
 }
 
@@ -65,7 +71,7 @@ func quoteClipped(s string) string {
 // the change outgrows the tables the program was loaded with and grows is
 // set, the program is loaded again with the whole new set (see reloadDrop).
 func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engine, ...fastdrop.Rule) error, grows bool) *cobra.Command {
-	var iface string
+	var iface, origin string
 	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   use,
@@ -75,6 +81,13 @@ func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engin
 			rules, err := parseRuleArgs(args)
 			if err != nil {
 				return err
+			}
+			o, err := originFlag(origin)
+			if err != nil {
+				return err
+			}
+			for i := range rules {
+				rules[i].Origin = o
 			}
 			// Held from reading the rules in force to writing the new set
 			// (and the reload, if the tables grow).
@@ -112,8 +125,68 @@ func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engin
 		},
 	}
 	cmd.Flags().StringVar(&iface, "iface", "", "interface (required)")
+	addOriginFlag(cmd, &origin)
 	addLockTimeout(cmd, &lockTimeout)
 	_ = cmd.MarkFlagRequired("iface")
+	return cmd
+}
+
+// addOriginFlag adds --origin: whose rules a command changes.
+func addOriginFlag(cmd *cobra.Command, origin *string) {
+	cmd.Flags().StringVar(origin, "origin", "drop", "whose rules to change: drop, redirect, or another origin's name (see 'rules list')")
+}
+
+// originFlag turns --origin into a rule origin ("drop" is the default
+// origin, "").
+func originFlag(s string) (string, error) {
+	if s == "drop" {
+		return "", nil
+	}
+	if err := fastdrop.ValidateOrigin(s); err != nil || s == "" {
+		return "", usagef("--origin %q: want drop, redirect, or a name of at most %d lower-case letters, digits and -_.:/", s, fastdrop.MaxOriginLen)
+	}
+	return s, nil
+}
+
+func (a *app) rulesClearCmd() *cobra.Command {
+	var iface, origin string
+	var lockTimeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "clear --iface IF --origin ORIGIN",
+		Short: "Remove every rule of one origin (for example what a redirect that was killed left)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := originFlag(origin)
+			if err != nil {
+				return err
+			}
+			lk, err := a.lockIface(iface, lockTimeout)
+			if err != nil {
+				return err
+			}
+			defer lk.Unlock()
+			att, eng, err := a.needDrop(iface)
+			if err != nil {
+				return err
+			}
+			defer att.Close()
+			defer eng.Close()
+			had, err := eng.OriginRules(o)
+			if err == nil {
+				err = eng.ApplyOrigin(o, &fastdrop.RuleSet{})
+			}
+			if err != nil {
+				return fmt.Errorf("clear the rules of origin %s on %s: %w", origin, iface, err)
+			}
+			fmt.Fprintf(a.stdout, "removed %d rule(s) of origin %s on %s\n", len(had), origin, iface)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&iface, "iface", "", "interface (required)")
+	cmd.Flags().StringVar(&origin, "origin", "", "whose rules to remove: drop, redirect, or another origin's name (required)")
+	addLockTimeout(cmd, &lockTimeout)
+	_ = cmd.MarkFlagRequired("iface")
+	_ = cmd.MarkFlagRequired("origin")
 	return cmd
 }
 
@@ -127,11 +200,11 @@ func (a *app) rulesDelCmd() *cobra.Command {
 }
 
 func (a *app) rulesReplaceCmd() *cobra.Command {
-	var iface, file, policy, malformed string
+	var iface, file, policy, malformed, origin string
 	var lockTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "replace --iface IF (OLD NEW | --rules FILE)",
-		Short: "Replace one rule in place, or the whole rule set atomically",
+		Short: "Replace one rule in place, or all rules of an origin atomically",
 		Args:  cobra.MaximumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if file == "" && len(args) != 2 {
@@ -151,6 +224,13 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			o, err := originFlag(origin)
+			if err != nil {
+				return err
+			}
+			for i := range rules {
+				rules[i].Origin = o
+			}
 			lk, err := a.lockIface(iface, lockTimeout)
 			if err != nil {
 				return err
@@ -163,7 +243,7 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 			defer att.Close()
 			defer eng.Close()
 			if rs != nil {
-				reloaded, err := reloadIfFull(att, eng, eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
+				reloaded, err := applyDrop(att, eng, o, rs)
 				if err != nil {
 					return fmt.Errorf("replace the rules on %s: %w", iface, err)
 				}
@@ -191,6 +271,7 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 	cmd.Flags().StringVar(&file, "rules", "", "replace the whole rule set with this file")
 	cmd.Flags().StringVar(&policy, "policy", "", "with --rules: override the file's policy (pass or drop)")
 	cmd.Flags().StringVar(&malformed, "malformed", "", "with --rules: override the file's malformed verdict")
+	addOriginFlag(cmd, &origin)
 	addLockTimeout(cmd, &lockTimeout)
 	_ = cmd.MarkFlagRequired("iface")
 	return cmd
@@ -200,7 +281,8 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 type ruleRow struct {
 	Index   int    `json:"index"`
 	Rule    string `json:"rule"`
-	Kind    string `json:"kind"` // compound or prefix
+	Kind    string `json:"kind"`   // compound or prefix
+	Origin  string `json:"origin"` // drop, redirect, or another source's name
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
 }
@@ -220,7 +302,7 @@ func ruleRows(c *fastdrop.Counters) []ruleRow {
 		if rc.Rule.IsPrefixOnly() {
 			kind = "prefix"
 		}
-		rows[i] = ruleRow{Index: rc.Index, Rule: rc.Rule.String(), Kind: kind, Packets: rc.Packets, Bytes: rc.Bytes}
+		rows[i] = ruleRow{Index: rc.Index, Rule: rc.Rule.String(), Kind: kind, Origin: fastdrop.OriginName(rc.Rule.Origin), Packets: rc.Packets, Bytes: rc.Bytes}
 	}
 	return rows
 }
@@ -269,12 +351,13 @@ func (a *app) rulesListCmd() *cobra.Command {
 // padded), in one pass over a million rules instead of the table writer's
 // cell by cell bookkeeping.
 func writeRuleTable(w *bufio.Writer, rows []ruleRow) {
-	head := [4]string{"#", "RULE", "PACKETS", "BYTES"}
-	width := [3]int{len(head[0]), len(head[1]), len(head[2])}
+	head := [5]string{"#", "RULE", "ORIGIN", "PACKETS", "BYTES"}
+	width := [4]int{len(head[0]), len(head[1]), len(head[2]), len(head[3])}
 	for _, r := range rows {
 		width[0] = max(width[0], decimalLen(uint64(r.Index+1)))
 		width[1] = max(width[1], utf8.RuneCountInString(r.Rule))
-		width[2] = max(width[2], decimalLen(r.Packets))
+		width[2] = max(width[2], len(r.Origin))
+		width[3] = max(width[3], decimalLen(r.Packets))
 	}
 	var line []byte
 	cell := func(s []byte, n, col int) {
@@ -284,10 +367,10 @@ func writeRuleTable(w *bufio.Writer, rows []ruleRow) {
 		}
 	}
 	line = line[:0]
-	for i := range 3 {
+	for i := range 4 {
 		cell([]byte(head[i]), len(head[i]), i)
 	}
-	w.Write(append(append(line, head[3]...), '\n'))
+	w.Write(append(append(line, head[4]...), '\n'))
 	var num []byte
 	for _, r := range rows {
 		line = line[:0]
@@ -297,8 +380,9 @@ func writeRuleTable(w *bufio.Writer, rows []ruleRow) {
 		for range width[1] + 2 - utf8.RuneCountInString(r.Rule) {
 			line = append(line, ' ')
 		}
+		cell([]byte(r.Origin), len(r.Origin), 2)
 		num = strconv.AppendUint(num[:0], r.Packets, 10)
-		cell(num, len(num), 2)
+		cell(num, len(num), 3)
 		line = strconv.AppendUint(line, r.Bytes, 10)
 		w.Write(append(line, '\n'))
 	}

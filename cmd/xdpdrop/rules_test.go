@@ -13,18 +13,18 @@ import (
 func TestWriteRuleTable(t *testing.T) {
 	for _, rows := range [][]ruleRow{
 		nil,
-		{{Index: 0, Rule: "drop udp dport 11211", Packets: 12345678901, Bytes: 7}},
+		{{Index: 0, Rule: "drop udp dport 11211", Origin: "drop", Packets: 12345678901, Bytes: 7}},
 		{
-			{Index: 0, Rule: "drop src 10.0.0.0/8", Packets: 0, Bytes: 0},
-			{Index: 1, Rule: "pass tcp src 2001:db8::/32 dport 22", Packets: 5, Bytes: 600},
-			{Index: 9, Rule: "drop icmp", Packets: 1 << 40, Bytes: 1 << 50},
+			{Index: 0, Rule: "drop src 10.0.0.0/8", Origin: "drop", Packets: 0, Bytes: 0},
+			{Index: 1, Rule: "pass tcp src 2001:db8::/32 dport 22", Origin: "bgp", Packets: 5, Bytes: 600},
+			{Index: 9, Rule: "redirect icmp queue 0-3", Origin: "redirect", Packets: 1 << 40, Bytes: 1 << 50},
 		},
 	} {
 		var want bytes.Buffer
 		tw := table(&want)
-		fmt.Fprintln(tw, "#\tRULE\tPACKETS\tBYTES")
+		fmt.Fprintln(tw, "#\tRULE\tORIGIN\tPACKETS\tBYTES")
 		for _, r := range rows {
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\n", r.Index+1, r.Rule, r.Packets, r.Bytes)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\n", r.Index+1, r.Rule, r.Origin, r.Packets, r.Bytes)
 		}
 		tw.Flush()
 		var got bytes.Buffer

@@ -42,7 +42,7 @@ type ifaceStats struct {
 type queueRow struct {
 	Queue      int     `json:"queue"`
 	Redirected uint64  `json:"redirected"` // to the queue's AF_XDP socket
-	Passed     uint64  `json:"passed"`     // to the kernel stack
+	Passed     uint64  `json:"passed"`     // to the kernel stack (fast drop: chosen by a redirect rule, but no socket was bound)
 	Dropped    uint64  `json:"dropped"`    // by the queue's filter
 	Aborted    uint64  `json:"aborted"`
 	Bytes      uint64  `json:"bytes"`
@@ -286,9 +286,22 @@ func (s dropSource) sample() (*ifaceStats, error) {
 		Verdicts: []verdictRow{
 			{Verdict: "drop", Packets: c.Drop.Packets, Bytes: c.Drop.Bytes},
 			{Verdict: "pass", Packets: c.Pass.Packets, Bytes: c.Pass.Bytes},
+			{Verdict: "redirect", Packets: c.Redirect.Packets, Bytes: c.Redirect.Bytes},
 			{Verdict: "malformed", Packets: c.Malformed.Packets, Bytes: c.Malformed.Bytes},
 			{Verdict: "default", Packets: c.Default.Packets, Bytes: c.Default.Bytes},
 		},
+	}
+	// What the redirect rules chose, by rx queue (xdpdrop redirect's).
+	qs, err := s.eng.QueueCounters()
+	if err != nil {
+		return nil, fmt.Errorf("read queue counters of %s: %w", s.att.Interface(), err)
+	}
+	for _, q := range qs {
+		if q.Redirected.Packets+q.NoSocket.Packets == 0 {
+			continue
+		}
+		st.Queues = append(st.Queues, queueRow{Queue: q.Queue, Redirected: q.Redirected.Packets, Passed: q.NoSocket.Packets,
+			Bytes: q.Redirected.Bytes + q.NoSocket.Bytes})
 	}
 	rows := ruleRows(c)
 	st.Rules = make([]ruleRate, len(rows)) // a million rules: no regrowing

@@ -1,6 +1,7 @@
-// Command filter hands only DNS traffic of one queue to a Go handler: the
-// redirect program's per-queue filter sends UDP and TCP port 53 to the
-// socket and lets everything else through to the kernel stack. The
+// Command filter hands only DNS traffic of one queue to a Go handler: two
+// fast-drop rules (redirect udp dport 53 queue Q, the same for tcp) send
+// it to the queue's AF_XDP socket, and everything else goes through to the
+// kernel stack (policy pass). The
 // handler prints a line per query and drops it (a real resolver would
 // answer by rewriting the frame and marking it xsk.Transmit).
 //
@@ -20,7 +21,9 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 
+	"github.com/xdpdrop/xdpdrop/fastdrop"
 	"github.com/xdpdrop/xdpdrop/loader"
 	"github.com/xdpdrop/xdpdrop/xsk"
 )
@@ -42,22 +45,20 @@ func run(iface string, queue int) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	dns := &xsk.PortRange{Lo: 53, Hi: 53}
-	red, err := xsk.NewRedirect(xsk.RedirectOptions{
-		Queues: []int{queue},
-		Filters: map[int]xsk.Filter{queue: {
-			Rules: []xsk.Rule{
-				{Action: xsk.ActionRedirect, HasProto: true, Proto: 17, DstPort: dns},
-				{Action: xsk.ActionRedirect, HasProto: true, Proto: 6, DstPort: dns},
-			},
-			Default: xsk.ActionPass, // everything else: the kernel stack
-		}},
-	})
+	rules := fmt.Sprintf("redirect udp dport 53 queue %d\nredirect tcp dport 53 queue %d\npolicy pass\n", queue, queue)
+	rs, err := fastdrop.Parse(strings.NewReader(rules), "dns.rules")
 	if err != nil {
 		return err
 	}
-	defer red.Close()
-	att, err := loader.Attach(red.Program(), loader.Options{Interface: iface})
+	eng, err := fastdrop.New(fastdrop.CapacityFor(rs, 1))
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	if err := eng.Apply(rs); err != nil {
+		return err
+	}
+	att, err := loader.Attach(eng.Program(), loader.Options{Interface: iface})
 	if err != nil {
 		return err
 	}
@@ -68,7 +69,7 @@ func run(iface string, queue int) (err error) {
 		return err
 	}
 	defer s.Close()
-	if err := red.Register(s); err != nil {
+	if err := eng.RegisterSocket(queue, s.Fd()); err != nil {
 		return err
 	}
 
@@ -81,10 +82,9 @@ func run(iface string, queue int) (err error) {
 		}
 		return nil // every verdict stays Release: the frames are dropped
 	})
-	c, cerr := red.Counters()
+	c, cerr := eng.QueueCounters(queue)
 	if cerr == nil {
-		q := c[queue]
-		fmt.Printf("queue %d: %d redirected, %d passed to the stack\n", queue, q.Redirected.Packets, q.Passed.Packets)
+		fmt.Printf("queue %d: %d redirected, %d to the stack for want of a socket\n", queue, c[0].Redirected.Packets, c[0].NoSocket.Packets)
 	}
 	return errors.Join(err, cerr)
 }

@@ -1,0 +1,248 @@
+package agent
+
+import (
+	"errors"
+	"net"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
+)
+
+// Helpers that build FlowSpec components the way they arrive on the wire.
+
+func dst4(p string) bgp.FlowSpecComponentInterface {
+	ip, n, _ := net.ParseCIDR(p)
+	l, _ := n.Mask.Size()
+	return bgp.NewFlowSpecDestinationPrefix(bgp.NewIPAddrPrefix(uint8(l), ip.String()))
+}
+
+func src4(p string) bgp.FlowSpecComponentInterface {
+	ip, n, _ := net.ParseCIDR(p)
+	l, _ := n.Mask.Size()
+	return bgp.NewFlowSpecSourcePrefix(bgp.NewIPAddrPrefix(uint8(l), ip.String()))
+}
+
+func dst6(p string, off uint8) bgp.FlowSpecComponentInterface {
+	ip, n, _ := net.ParseCIDR(p)
+	l, _ := n.Mask.Size()
+	return bgp.NewFlowSpecDestinationPrefix6(bgp.NewIPv6AddrPrefix(uint8(l), ip.String()), off)
+}
+
+// item is one {op, value}; ops are written as in RFC 8955: "&" for AND,
+// "<", ">", "=" (combinable), "!" not and "m" match for bitmasks.
+func item(op string, v uint64) *bgp.FlowSpecComponentItem {
+	var o uint8
+	for _, c := range op {
+		switch c {
+		case '&':
+			o |= opAnd
+		case '<':
+			o |= opLT
+		case '>':
+			o |= opGT
+		case '=':
+			o |= opEQ
+		case '!':
+			o |= opNot
+		case 'm':
+			o |= opMatch
+		}
+	}
+	return bgp.NewFlowSpecComponentItem(o, v)
+}
+
+func comp(t int, items ...*bgp.FlowSpecComponentItem) bgp.FlowSpecComponentInterface {
+	return bgp.NewFlowSpecComponent(bgp.BGPFlowSpecType(t), items)
+}
+
+func discard() []bgp.ExtendedCommunityInterface {
+	return []bgp.ExtendedCommunityInterface{bgp.NewTrafficRateExtended(0, 0)}
+}
+
+func texts(tr Translation) string {
+	var s []string
+	for _, r := range tr.Rules {
+		s = append(s, r.String())
+	}
+	return strings.Join(s, " | ")
+}
+
+func TestTranslateExact(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    Route
+		want string
+	}{
+		{"prefix only stays compound (ordered with the other routes)",
+			Route{4, []bgp.FlowSpecComponentInterface{src4("203.0.113.0/24")}, discard()},
+			"drop ether ipv4 src 203.0.113.0/24"},
+		{"dst, proto, port",
+			Route{4, []bgp.FlowSpecComponentInterface{dst4("198.51.100.0/24"), comp(fsProto, item("=", 17)), comp(fsDstPort, item("=", 53))}, discard()},
+			"drop ether ipv4 udp dst 198.51.100.0/24 dport 53"},
+		{"port range as >= AND <=",
+			Route{4, []bgp.FlowSpecComponentInterface{comp(fsProto, item("=", 6)), comp(fsDstPort, item(">=", 1000), item("&<=", 2000))}, discard()},
+			"drop ether ipv4 tcp dport 1000-2000"},
+		{"ports without a protocol are TCP's or UDP's",
+			Route{4, []bgp.FlowSpecComponentInterface{comp(fsDstPort, item("=", 11211))}, discard()},
+			"drop ether ipv4 tcp dport 11211 | drop ether ipv4 udp dport 11211"},
+		{"an OR list of ports expands where the language has no lists",
+			Route{4, []bgp.FlowSpecComponentInterface{comp(fsProto, item("=", 17)), comp(fsSrcPort, item("=", 53), item("=", 123))}, discard()},
+			"drop ether ipv4 udp sport 53 | drop ether ipv4 udp sport 123"},
+		{"port is sport or dport",
+			Route{4, []bgp.FlowSpecComponentInterface{comp(fsProto, item("=", 17)), comp(fsPort, item("=", 53))}, discard()},
+			"drop ether ipv4 udp sport 53 | drop ether ipv4 udp dport 53"},
+		{"!= is two ranges",
+			Route{4, []bgp.FlowSpecComponentInterface{comp(fsProto, item("=", 6)), comp(fsDstPort, item("<>", 22))}, discard()},
+			"drop ether ipv4 tcp dport 0-21 | drop ether ipv4 tcp dport 23-65535"},
+		{"AND binds tighter than OR",
+			// =80 OR (>=8000 AND <=8080)
+			Route{4, []bgp.FlowSpecComponentInterface{comp(fsProto, item("=", 6)), comp(fsDstPort, item("=", 80), item(">=", 8000), item("&<=", 8080))}, discard()},
+			"drop ether ipv4 tcp dport 80 | drop ether ipv4 tcp dport 8000-8080"},
+		{"protocol with ports narrows to TCP",
+			Route{4, []bgp.FlowSpecComponentInterface{comp(fsProto, item("=", 6), item("=", 1)), comp(fsDstPort, item("=", 80))}, discard()},
+			"drop ether ipv4 tcp dport 80"},
+		{"no action accepts",
+			Route{6, []bgp.FlowSpecComponentInterface{dst6("2001:db8::/32", 0), comp(fsProto, item("=", 17))}, nil},
+			"pass ether ipv6 udp dst 2001:db8::/32"},
+		{"traffic-rate-packets 0 discards too",
+			Route{4, []bgp.FlowSpecComponentInterface{comp(fsProto, item("=", 47))}, []bgp.ExtendedCommunityInterface{ratePackets(0)}},
+			"drop ether ipv4 proto 47"},
+		{"drop with the terminal bit: nothing follows a drop",
+			Route{4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, append(discard(), bgp.NewTrafficActionExtended(true, false))},
+			"drop ether ipv4 dst 10.0.0.0/8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := Translate(tc.r, TranslateOptions{})
+			if err != nil {
+				t.Fatalf("Translate: %v", err)
+			}
+			if got := texts(tr); got != tc.want {
+				t.Errorf("rules:\n got  %s\n want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func ratePackets(r float32) bgp.ExtendedCommunityInterface {
+	b, _ := bgp.NewTrafficRateExtended(0, r).Serialize()
+	b[1] = ecRatePackets
+	return &bgp.UnknownExtended{Type: bgp.ExtendedCommunityAttrType(b[0]), Value: b[1:]}
+}
+
+// Routes the rule language cannot express exactly are refused, never
+// widened or narrowed, and the reason says what.
+func TestTranslateRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    Route
+		want string
+	}{
+		{"redirect to VRF", Route{4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, []bgp.ExtendedCommunityInterface{bgp.NewRedirectTwoOctetAsSpecificExtended(65000, 100)}}, "redirect to VRF"},
+		{"DSCP marking", Route{4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, []bgp.ExtendedCommunityInterface{bgp.NewTrafficRemarkExtended(46)}}, "traffic-marking"},
+		{"sample", Route{4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, append(discard(), bgp.NewTrafficActionExtended(false, true))}, "sample"},
+		{"two rates", Route{4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, append(discard(), bgp.NewTrafficRateExtended(0, 0))}, "2 traffic-rate actions"},
+		{"IPv6 offset", Route{6, []bgp.FlowSpecComponentInterface{dst6("::1:0:0:0/64", 32)}, discard()}, "offset 32"},
+		{"unknown component", Route{4, []bgp.FlowSpecComponentInterface{&bgp.FlowSpecUnknown{Value: []byte{14, 0x81, 1}}}, discard()}, "unknown component type 14"},
+		{"ICMP and ports", Route{4, []bgp.FlowSpecComponentInterface{comp(fsDstPort, item("=", 80)), comp(fsICMPType, item("=", 8))}, discard()}, "matches no packet"},
+		{"flow label in IPv4", Route{4, []bgp.FlowSpecComponentInterface{comp(fsFlowLabel, item("=", 5))}, discard()}, "not defined for IPv4"},
+		{"a field the language lacks", Route{4, []bgp.FlowSpecComponentInterface{comp(fsLen, item(">", 1024))}, discard()}, "cannot say"},
+		{"too many rules", Route{4, []bgp.FlowSpecComponentInterface{comp(fsDstPort, item("=", 1), item("=", 3), item("=", 5)), comp(fsSrcPort, item("=", 1), item("=", 3), item("=", 5), item("=", 7), item("=", 9), item("=", 11))}, discard()}, "more than 32 rules"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := Translate(tc.r, TranslateOptions{MaxRules: 32})
+			if err == nil {
+				t.Fatalf("Translate gave %q, want refused (%s)", texts(tr), tc.want)
+			}
+			if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q, want ErrRefused saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Sets of values: every operator combination of RFC 8955 4.2.1.1.
+func TestNumericSet(t *testing.T) {
+	for _, tc := range []struct {
+		items []*bgp.FlowSpecComponentItem
+		want  string
+	}{
+		{[]*bgp.FlowSpecComponentItem{item("=", 5)}, "5"},
+		{[]*bgp.FlowSpecComponentItem{item("<", 5)}, "0-4"},
+		{[]*bgp.FlowSpecComponentItem{item("<=", 5)}, "0-5"},
+		{[]*bgp.FlowSpecComponentItem{item(">", 250)}, "251-255"},
+		{[]*bgp.FlowSpecComponentItem{item(">=", 250)}, "250-255"},
+		{[]*bgp.FlowSpecComponentItem{item("<>", 7)}, "0-6,8-255"},
+		{[]*bgp.FlowSpecComponentItem{item("<>=", 7)}, "0-255"},
+		{[]*bgp.FlowSpecComponentItem{item("", 7)}, ""},
+		{[]*bgp.FlowSpecComponentItem{item("<", 0)}, ""},
+		{[]*bgp.FlowSpecComponentItem{item("=", 300)}, ""},
+		{[]*bgp.FlowSpecComponentItem{item(">", 10), item("&<", 20), item("=", 30)}, "11-19,30"},
+		{[]*bgp.FlowSpecComponentItem{item("=", 1), item("=", 2), item("=", 3)}, "1-3"},
+		{[]*bgp.FlowSpecComponentItem{item(">", 10), item("&<", 5)}, ""},
+	} {
+		s, err := numericSet(tc.items, 255)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.list(false); got != tc.want {
+			t.Errorf("%v: got %q, want %q", tc.items, got, tc.want)
+		}
+	}
+}
+
+func TestBitmaskDNF(t *testing.T) {
+	const syn, ack, fin = 0x02, 0x10, 0x01
+	for _, tc := range []struct {
+		items []*bgp.FlowSpecComponentItem
+		want  []conj
+	}{
+		{[]*bgp.FlowSpecComponentItem{item("m", syn)}, []conj{{set: syn}}},                              // SYN set
+		{[]*bgp.FlowSpecComponentItem{item("m", syn), item("&!", ack)}, []conj{{set: syn, clear: ack}}}, // SYN and not ACK
+		{[]*bgp.FlowSpecComponentItem{item("", syn|ack)}, []conj{{set: syn}, {set: ack}}},               // any of
+		{[]*bgp.FlowSpecComponentItem{item("!m", syn|ack)}, []conj{{clear: syn}, {clear: ack}}},         // not all of
+		{[]*bgp.FlowSpecComponentItem{item("!", syn|fin)}, []conj{{clear: syn | fin}}},                  // none of
+		{[]*bgp.FlowSpecComponentItem{item("m", syn), item("&!m", syn)}, nil},                           // contradiction
+	} {
+		got, err := bitmaskDNF(tc.items)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(tc.want) {
+			t.Errorf("%v: got %v, want %v", tc.items, got, tc.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("%v: got %v, want %v", tc.items, got, tc.want)
+			}
+		}
+	}
+}
+
+// RFC 8955 section 5.1: lower type present first; overlapping prefixes
+// longest first, disjoint lowest first; other components by bytes, a
+// longer string before its own prefix.
+func TestPrecedence(t *testing.T) {
+	routes := map[string]Route{
+		"dst 10.1/16":          {4, []bgp.FlowSpecComponentInterface{dst4("10.1.0.0/16")}, nil},
+		"dst 10/8":             {4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, nil},
+		"dst 9/8":              {4, []bgp.FlowSpecComponentInterface{dst4("9.0.0.0/8")}, nil},
+		"dst 10/8 proto":       {4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8"), comp(fsProto, item("=", 6))}, nil},
+		"src 1/8":              {4, []bgp.FlowSpecComponentInterface{src4("1.0.0.0/8")}, nil},
+		"proto =6":             {4, []bgp.FlowSpecComponentInterface{comp(fsProto, item("=", 6))}, nil},
+		"proto =6 or =17":      {4, []bgp.FlowSpecComponentInterface{comp(fsProto, item("=", 6), item("=", 17))}, nil},
+		"proto =17":            {4, []bgp.FlowSpecComponentInterface{comp(fsProto, item("=", 17))}, nil},
+		"dport 80 (no prefix)": {4, []bgp.FlowSpecComponentInterface{comp(fsDstPort, item("=", 80))}, nil},
+	}
+	want := []string{"dst 9/8", "dst 10.1/16", "dst 10/8 proto", "dst 10/8", "src 1/8", "proto =6 or =17", "proto =6", "proto =17", "dport 80 (no prefix)"}
+	var names []string
+	for n := range routes {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return comparePrecedence(routes[names[i]], routes[names[j]]) < 0 })
+	if strings.Join(names, "; ") != strings.Join(want, "; ") {
+		t.Errorf("order:\n got  %s\n want %s", strings.Join(names, "; "), strings.Join(want, "; "))
+	}
+}
