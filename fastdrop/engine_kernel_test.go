@@ -348,7 +348,7 @@ func TestAddDeleteReplace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := ruleSetText(rs); got != "policy pass\nmalformed pass\ndrop src 192.0.2.0/24 # 0\npass udp src 192.0.2.0/24 # 1\n" {
+	if got := ruleSetText(rs); got != "policy pass\nmalformed pass\ndrop src 192.0.2.0/24 # 0, origin drop\npass udp src 192.0.2.0/24 # 1, origin drop\n" {
 		t.Errorf("rule set after Delete:\n%s", got)
 	}
 	expect("after Delete", dns, kCompound(ActionPass, 1))
@@ -363,9 +363,9 @@ func TestAddDeleteReplace(t *testing.T) {
 	if !errors.Is(err, ErrDuplicatePrefix) {
 		t.Errorf("Add of a prefix twice: %v, want ErrDuplicatePrefix", err)
 	}
-	err = e.Add(Rule{Action: ActionRedirect, Src: netip.MustParsePrefix("10.0.0.0/8")})
-	if !errors.Is(err, ErrUnsupportedAction) {
-		t.Errorf("Add of a redirect rule: %v, want ErrUnsupportedAction", err)
+	err = e.Apply(&RuleSet{Policy: ActionPass, Malformed: ActionRedirect})
+	if err == nil {
+		t.Error("Apply of malformed redirect: no error")
 	}
 	expect("after errors", gre, kPrefix(ActionDrop, 0))
 }
