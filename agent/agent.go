@@ -118,6 +118,9 @@ func (a *Agent) markDirty() {
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if c, ok := a.plane.(interface{ close() }); ok {
+		defer c.close() // the engines it keeps open; the rules stay in force
+	}
 	w, err := a.watch()
 	if err != nil {
 		return err

@@ -47,7 +47,7 @@ func (f *fakePlane) rules(iface string) string {
 	return strings.Join(f.sets[iface], "; ")
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -57,7 +57,7 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func eventually(t *testing.T, what string, d time.Duration, ok func() bool) {
+func eventually(t testing.TB, what string, d time.Duration, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !ok() {
@@ -74,7 +74,7 @@ type announcer struct {
 	s *server.BgpServer
 }
 
-func newAnnouncer(t *testing.T, agentPort int) *announcer {
+func newAnnouncer(t testing.TB, agentPort int) *announcer {
 	t.Helper()
 	s := server.NewBgpServer(server.LoggerOption(&gobgpLogger{log: slog.New(slog.NewTextHandler(io.Discard, nil))}))
 	go s.Serve()
@@ -106,7 +106,7 @@ func (a *announcer) stop() {
 	a.s.Stop()
 }
 
-func flowPath(t *testing.T, withdraw bool, family int, comps []bgp.FlowSpecComponentInterface, ecs ...bgp.ExtendedCommunityInterface) *api.Path {
+func flowPath(t testing.TB, withdraw bool, family int, comps []bgp.FlowSpecComponentInterface, ecs ...bgp.ExtendedCommunityInterface) *api.Path {
 	t.Helper()
 	var nlri bgp.AddrPrefixInterface
 	if family == 6 {
@@ -129,14 +129,14 @@ func flowPath(t *testing.T, withdraw bool, family int, comps []bgp.FlowSpecCompo
 	return p
 }
 
-func (a *announcer) announce(t *testing.T, p *api.Path) {
+func (a *announcer) announce(t testing.TB, p *api.Path) {
 	t.Helper()
 	if _, err := a.s.AddPath(context.Background(), &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: p}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (a *announcer) withdraw(t *testing.T, p *api.Path) {
+func (a *announcer) withdraw(t testing.TB, p *api.Path) {
 	t.Helper()
 	if err := a.s.DeletePath(context.Background(), &api.DeletePathRequest{TableType: api.TableType_GLOBAL, Family: p.Family, Path: p}); err != nil {
 		t.Fatal(err)

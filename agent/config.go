@@ -39,6 +39,11 @@ type Config struct {
 	path string // the file it was read from, for messages
 }
 
+// DefaultStatusFile is where xdpdrop status looks for the agent's status
+// file unless told otherwise; the systemd unit and the DaemonSet configure
+// the agent to write it there.
+const DefaultStatusFile = "/run/xdpdrop/agent.json"
+
 // StatusConfig says where the agent's state is published.
 type StatusConfig struct {
 	// Listen is a TCP address for HTTP: /status (JSON), /healthz (200 once

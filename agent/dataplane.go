@@ -3,14 +3,14 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"sync"
 
+	"github.com/cilium/ebpf"
+
+	"github.com/xdpdrop/xdpdrop/dropctl"
 	"github.com/xdpdrop/xdpdrop/fastdrop"
 	"github.com/xdpdrop/xdpdrop/loader"
 )
-
-// programFastdrop is the Config["program"] of fast-drop attachments, as
-// `xdpdrop drop` writes it; the agent adopts such attachments.
-const programFastdrop = "fastdrop"
 
 // dataplane puts a whole rule set in force on an interface, atomically.
 // The kernel one is kernelPlane; tests of the reconcile logic use a fake.
@@ -25,78 +25,75 @@ type applied struct {
 	Reloaded bool   // loaded again with bigger tables
 }
 
-// kernelPlane applies rule sets through packages loader and fastdrop, as
-// `xdpdrop drop` does, holding the interface's lock for each swap so that
-// it never races another xdpdrop command. Nothing is kept open between
-// swaps: another command may have replaced the program meanwhile.
+// kernelPlane applies rule sets through packages loader, dropctl and
+// fastdrop, as xdpdrop drop does, holding the interface's lock for each
+// swap so that it never races another xdpdrop command.
+//
+// It keeps each interface's engine open between swaps: an engine opened
+// afresh reads the whole prefix table back from the kernel before its
+// first change (64 MiB, a fifth of a second here, seconds with a million
+// prefixes), which would be the floor of every announcement's time to
+// take effect. An engine notices the changes of other processes itself
+// (the generation in the maps); what it cannot notice is its maps being
+// replaced (a reload with bigger tables, a detach and attach), so it is
+// reopened whenever the attached program is not the one it was opened
+// with.
 type kernelPlane struct {
 	pinRoot string
 	cfg     *Config
+
+	mu      sync.Mutex
+	engines map[string]*openEngine // by interface
+}
+
+// openEngine is an engine kept open, and the attached program it is for.
+type openEngine struct {
+	eng  *fastdrop.Engine
+	prog ebpf.ProgramID
 }
 
 func (k *kernelPlane) apply(ic InterfaceConfig, rs *fastdrop.RuleSet) (_ applied, err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	lk, err := loader.LockInterface(k.pinRoot, ic.Name, k.cfg.LockTimeout)
 	if err != nil {
 		return applied{}, err
 	}
 	defer lk.Unlock()
-	att, err := loader.Open(ic.Name, k.pinRoot)
+	att, err := dropctl.OpenAttachment(ic.Name, k.pinRoot)
 	if errors.Is(err, loader.ErrStale) {
 		if _, _, rerr := loader.RemoveStalePins(ic.Name, k.pinRoot); rerr != nil {
 			return applied{}, rerr
 		}
-		att, err = loader.Open(ic.Name, k.pinRoot)
+		att, err = dropctl.OpenAttachment(ic.Name, k.pinRoot)
 	}
 	switch {
 	case err == nil:
 		defer att.Close()
-		if p := att.Meta().Config["program"]; p != programFastdrop {
-			return applied{}, fmt.Errorf("%s runs xdpdrop's %q program, not fast drop: detach it first ('xdpdrop detach --iface %s')", ic.Name, p, ic.Name)
-		}
-		eng, err := fastdrop.Open(att.MapsDir())
+		oe, err := k.engine(att)
 		if err != nil {
 			return applied{}, err
 		}
-		err = eng.Apply(rs)
-		if !errors.Is(err, fastdrop.ErrCapacity) {
-			eng.Close()
-			return applied{Mode: att.Mode().String()}, err
+		reloaded, err := dropctl.ReloadIfFull(att, oe.eng, oe.eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
+		switch {
+		case reloaded: // ReloadIfFull closed the engine: another program runs now
+			delete(k.engines, ic.Name)
+		case err != nil: // open afresh next time
+			k.forget(ic.Name)
 		}
-		eng.Close()
-		neng, err := fastdrop.New(fastdrop.CapacityFor(rs, 2))
-		if err != nil {
-			return applied{}, err
-		}
-		defer neng.Close()
-		if err := neng.Apply(rs); err != nil {
-			return applied{}, err
-		}
-		if err := att.ReplaceWithMaps(neng.Program(), neng.Maps()); err != nil {
-			return applied{}, err
-		}
-		return applied{Mode: att.Mode().String(), Reloaded: true}, nil
+		return applied{Mode: att.Mode().String(), Reloaded: reloaded}, err
 	case !errors.Is(err, loader.ErrNotPinned):
 		return applied{}, err
 	}
+	k.forget(ic.Name)
 	mode, _ := loader.ParseMode(ic.Mode) // checked with the config
-	// Room for FlowSpec rules to come: at least the whole compound table.
-	opts := fastdrop.CapacityFor(rs, 2)
-	eng, err := fastdrop.New(opts)
-	if err != nil {
-		return applied{}, err
-	}
-	defer eng.Close()
-	if err := eng.Apply(rs); err != nil {
-		return applied{}, err
-	}
-	att, err = loader.Attach(eng.Program(), loader.Options{
+	att, err = dropctl.Attach(rs, loader.Options{
 		Interface: ic.Name,
 		Mode:      mode,
 		Pin:       true,
 		PinRoot:   k.pinRoot,
-		Maps:      eng.Maps(),
 		Force:     ic.Force,
-		Config:    map[string]string{"program": programFastdrop, "requested_mode": mode.String(), "by": "agent"},
+		Config:    map[string]string{"by": "agent"},
 	})
 	if err != nil {
 		if errors.Is(err, loader.ErrForeign) || errors.Is(err, loader.ErrAlreadyAttached) {
@@ -106,4 +103,49 @@ func (k *kernelPlane) apply(ic InterfaceConfig, rs *fastdrop.RuleSet) (_ applied
 	}
 	defer att.Close()
 	return applied{Mode: att.Mode().String(), Attached: true}, nil
+}
+
+// engine returns the open engine of att's interface, opening it if none
+// is open or the one open is for another program.
+func (k *kernelPlane) engine(att *loader.Attachment) (*openEngine, error) {
+	var id ebpf.ProgramID
+	if p := att.Program(); p != nil {
+		if info, err := p.Info(); err == nil {
+			id, _ = info.ID()
+		}
+	}
+	name := att.Interface()
+	if oe := k.engines[name]; oe != nil && id != 0 && oe.prog == id {
+		return oe, nil
+	}
+	k.forget(name)
+	eng, err := dropctl.OpenEngine(att)
+	if err != nil {
+		return nil, err
+	}
+	oe := &openEngine{eng: eng, prog: id}
+	if id != 0 {
+		if k.engines == nil {
+			k.engines = map[string]*openEngine{}
+		}
+		k.engines[name] = oe
+	}
+	return oe, nil
+}
+
+// forget closes the engine kept open for iface, if any.
+func (k *kernelPlane) forget(iface string) {
+	if oe := k.engines[iface]; oe != nil {
+		oe.eng.Close()
+		delete(k.engines, iface)
+	}
+}
+
+// close closes every engine kept open (the rules stay in force).
+func (k *kernelPlane) close() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for name := range k.engines {
+		k.forget(name)
+	}
 }

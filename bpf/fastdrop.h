@@ -28,6 +28,9 @@ enum fd_action {
 	FD_ACT_DROP = 1,
 	FD_ACT_PASS = 2,
 	FD_ACT_REDIRECT = 3,
+	/* Compound rules only: police the frame (struct fd_police), then
+	 * pass what conforms and drop the excess. */
+	FD_ACT_LIMIT = 4,
 };
 
 /* Which stage decided (fastdrop.ResultClass in Go). */
@@ -36,6 +39,7 @@ enum fd_class {
 	FD_CLASS_COMPOUND = 2,
 	FD_CLASS_PREFIX = 3,
 	FD_CLASS_DEFAULT = 4,
+	FD_CLASS_BAN = 5, /* the source is banned (fd_bans) */
 };
 
 /* Compound-rule fields that have lookup tables. */
@@ -112,7 +116,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 6,
+	FD_LAYOUT_VERSION = 7,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 128,    /* struct fd_rule_rec */
@@ -121,8 +125,13 @@ enum fd_layout {
 	FD_V6_ENT_SIZE = 32,  /* struct fd_v6_ent */
 
 	/* A match result ("val"), also the entry of the prefix tables:
-	 * action in bits 29-30, counter slot in bits 0-28; 0 = no match.
-	 * In DIR-24-8 tables bit 31 set means "the rest is a tbl8 group". */
+	 * action in bits 29-31, counter slot in bits 0-28; 0 = no match.
+	 * In DIR-24-8 tables bit 31 set means "the rest is a tbl8 group":
+	 * prefix rules only drop or pass (action 1 or 2), so only a compound
+	 * rule's val (fd_conf.crule) has action FD_ACT_LIMIT (bit 31), and
+	 * then bits 0-28 are not its counter slot but its police entry
+	 * (fd_police); fd_decide resolves it into a val of drop or pass with
+	 * the rule's slot, so everything after it sees the old encoding. */
 	FD_VAL_ACT_SHIFT = 29,
 	FD_VAL_SLOT_MASK = (1 << FD_VAL_ACT_SHIFT) - 1,
 
@@ -135,7 +144,21 @@ enum fd_layout {
 	FD_SLOT_MALFORMED = 0,                     /* + action */
 	FD_SLOT_DEFAULT = FD_SLOT_MALFORMED + 4,   /* + action */
 	FD_SLOT_RETIRED = FD_SLOT_DEFAULT + 4,     /* + action; never written by the program */
+	/* Frames dropped because their source was banned (fd_bans). */
+	FD_SLOT_BANNED = FD_SLOT_RETIRED + 5,
 	FD_SLOT_RULES = 16,
+
+	/* Policing (limit rules): fd_police entries (entry 0 is not a rule:
+	 * its tat is the test clock, see fd_test_clock), their per-CPU
+	 * counters, and the fixed-point units of the buckets: time in
+	 * 1/16 ns (2^64 of them is 36 years of uptime), a byte's cost in
+	 * 2^-16 of that. */
+	FD_POLICE_MAX = 1024,
+	FD_POLICE_SIZE = 64,  /* struct fd_police */
+	FD_PCNT_SIZE = 32,    /* struct fd_pcnt */
+	FD_POL_TIME_SHIFT = 4,
+	FD_POL_BYTE_SHIFT = 16,
+	FD_BAN_LENS = 4,      /* distinct ban prefix lengths per family */
 
 	/* Entries of a direct table indexed by a 16-bit value (ports, ether,
 	 * the first 16 bits of an address). */
@@ -236,7 +259,9 @@ enum fd_layout {
 _Static_assert(FD_BM_WORDS * 64 == FD_MAX_COMPOUND, "one bitmap bit per compound rule");
 _Static_assert(FD_SLOT_RETIRED + 4 <= FD_SLOT_RULES, "the slots by action come before the rules'");
 _Static_assert(FD_SLOT_RULES - 1 <= FD_VAL_SLOT_MASK, "a slot fits a val");
-_Static_assert(FD_ACT_REDIRECT <= 3, "an action fits the two action bits of a val");
+_Static_assert(FD_ACT_LIMIT <= 7, "an action fits the three action bits of a val");
+_Static_assert(FD_POLICE_MAX - 1 <= FD_VAL_SLOT_MASK, "a police entry fits a val");
+_Static_assert(FD_SLOT_BANNED < FD_SLOT_RULES && FD_SLOT_BANNED != FD_SLOT_RETIRED + FD_ACT_LIMIT, "the banned slot");
 /* fd_cls_half.tab */
 #define FD_X_FITS(NAME, MEMBER, BITS, WHEN)                                                  \
 	_Static_assert(FD_DIR_##NAME##_END - FD_DIR_##NAME + 1 == 1 << (BITS), #NAME ": one entry per value"); \
@@ -337,6 +362,12 @@ struct fd_conf {
 	 * matches wins (the redirect command's rules come after every rule
 	 * of the drop command, its prefix rules too). ncompound when none. */
 	__u32 late_from;
+	/* Bans are looked up before the rules when the frame's family has
+	 * any: the prefix lengths bans are keyed by, one per byte (lowest
+	 * first, 0 ends the list). User space lists those of its limit
+	 * rules and of the bans that outlive them. */
+	__u32 ban4;
+	__u32 ban6;
 };
 
 /* One half of the compound-rule tables. */
@@ -397,28 +428,97 @@ struct fd_rule_rec {
 	__u8 tcp_exact; /* flags: 1 for ==, the byte is exactly tcp_set */
 	__u16 queue_lo;
 	__u16 queue_hi;
+	/* The match fields' bytes (FlowSpec's, issue 20): dscp here,
+	 * ICMP type and code after the limit parameters. */
 	__u8 dscp_lo;
 	__u8 dscp_hi;
 	__u8 dscp_named; /* 1: written by name (ef, af11, cs1, ...) */
-	__u8 type_lo;    /* ICMP / ICMPv6 type */
-	__u8 type_hi;
-	__u8 type_named;
-	__u8 code_lo;
-	__u8 code_hi;
-	/* Room for the values of match fields to come (FlowSpec's, issue
-	 * 20): match fields take their bytes from here. */
-	__u8 match[12];
+	__u8 type_named; /* 1: type written by name (echo-request, ...) */
 	/* Where the rule came from (fastdrop.Rule.Origin): a name of at most
 	 * FD_ORIGIN_LEN bytes, NUL-padded; all NUL for the default origin. */
 	char origin[FD_ORIGIN_LEN];
-	/* For sample / limit parameters: other features take their bytes
-	 * from here (and shrink it), never from the match fields'. */
-	__u8 reserved[16];
+	/* Limit rules (action FD_ACT_LIMIT); the police entry's epoch is
+	 * gen_added. */
+	__u64 lim_rate;   /* per second: packets, bits or bytes (lim_flags) */
+	__u32 lim_burst;  /* packets or bytes; 0 = the default */
+	__u32 lim_ban_ms; /* 0 = no ban */
+	__u16 lim_police; /* its fd_police entry */
+	__u8 lim_flags;   /* FD_LIM_* */
+	__u8 lim_len4;    /* per src/N: the IPv4 prefix length */
+	__u8 lim_len6;
+	__u8 lim_pad[3];
+	__u8 type_lo; /* ICMP / ICMPv6 type */
+	__u8 type_hi;
+	__u8 code_lo;
+	__u8 code_hi;
+	/* For sample parameters: other features take their bytes from here
+	 * (and shrink it), never from the match fields'. A record of 128
+	 * bytes has no more room: the next feature grows FD_REC_SIZE. */
+	__u8 reserved[4];
 };
 
 _Static_assert(sizeof(struct fd_rule_rec) == FD_REC_SIZE, "fd_rule_rec size");
-_Static_assert(__builtin_offsetof(struct fd_rule_rec, origin) + FD_ORIGIN_LEN + 16 <= FD_REC_SIZE,
-	       "the origin and at least 16 bytes reserved for the features after the match fields");
+
+/* fd_rule_rec.lim_flags and fd_police.flags. */
+enum fd_lim_flags {
+	FD_LIM_BYTES = 1,  /* the rate is of bytes (else packets) */
+	FD_LIM_BITS = 2,   /* written in bits (the record only) */
+	FD_LIM_PERSRC = 4, /* a bucket per source prefix */
+};
+
+/* A limit rule's policer, by the number in its val (fd_conf.crule).
+ * A generic cell rate algorithm (GCRA): the token bucket as a single
+ * time, tat, at which the bucket would be full again; a frame that costs
+ * c conforms if max(tat, now) + c <= now + burst, and then moves tat by
+ * c. A bucket is one word that every CPU updates with atomics (shared,
+ * so the limit holds for the aggregate whatever CPU its frames come to);
+ * frames that exceed only read it. User space writes an entry before any
+ * val names it and never while one does, but for tat (a new bucket). */
+struct fd_police {
+	__u64 tat;    /* the aggregate bucket (1/16 ns) */
+	__u64 cost;   /* of a packet (1/16 ns), or a byte's << 16 with FD_LIM_BYTES */
+	__u64 burst;  /* the bucket's depth (1/16 ns) */
+	__u64 ban_ns; /* 0 = no ban */
+	__u32 slot;   /* the rule's counter slot */
+	__u32 epoch;  /* keys its per-source buckets (new for each rule) */
+	__u8 flags;   /* FD_LIM_* */
+	__u8 len4;    /* per src/N */
+	__u8 len6;
+	__u8 pad[5];
+	__u64 pad2[2];
+};
+
+_Static_assert(sizeof(struct fd_police) == FD_POLICE_SIZE, "fd_police size");
+
+/* Per CPU and police entry: what exceeded (what conformed is the rest of
+ * the rule's counter slot), bans made, per-source buckets made. Entry 0
+ * holds what rules since removed counted (user space adds them up). */
+struct fd_pcnt {
+	__u64 exceed_packets;
+	__u64 exceed_bytes;
+	__u64 bans;
+	__u64 sources;
+};
+
+_Static_assert(sizeof(struct fd_pcnt) == FD_PCNT_SIZE, "fd_pcnt size");
+
+/* Key of a per-source bucket (fd_pol_src) and of a ban (fd_bans): the
+ * source masked to the rule's length (IPv4 in host order in hi, IPv6 as
+ * in the packet). */
+struct fd_src_key {
+	__u32 id;    /* buckets: police entry | family << 16; bans: family << 8 | length */
+	__u32 epoch; /* buckets: fd_police.epoch; bans: 0 */
+	__u64 hi;
+	__u64 lo;
+};
+
+struct fd_ban {
+	__u64 until;   /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) at which it ends */
+	__u64 since;   /* when it was made */
+	__u64 dropped; /* frames dropped by it */
+	__u32 slot;    /* the counter slot of the rule that made it */
+	__u32 epoch;   /* that rule's fd_police.epoch */
+};
 
 enum fd_rec_flags {
 	FD_REC_SRC = 1,
@@ -604,6 +704,47 @@ struct {
 	__type(key, __u32);
 	__type(value, struct counter);
 } fd_xsk_counters SEC(".maps");
+/* The policers of limit rules, by the number in their vals. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fd_police);
+	__uint(max_entries, FD_POLICE_MAX);
+} fd_policers SEC(".maps");
+
+/* Their counters: one value per possible CPU (set from Go at load), each
+ * FD_POLICE_MAX struct fd_pcnt, as fd_counters. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(key_size, 4);
+	__uint(value_size, FD_POLICE_MAX * FD_PCNT_SIZE);
+	__uint(max_entries, 2);
+} fd_pol_cnt SEC(".maps");
+
+/* Per-source buckets (a tat each) of limit rules with per src: a fixed
+ * number (set from Go at load), the least recently used evicted, so a
+ * flood of spoofed sources cannot grow it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct fd_src_key);
+	__type(value, __u64);
+	__uint(max_entries, 65536);
+} fd_pol_src SEC(".maps");
+
+/* Bans: checked before the rules, ended by their time (or by user space,
+ * xdpdrop unban); kept across rule changes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct fd_src_key);
+	__type(value, struct fd_ban);
+	__uint(max_entries, 16384);
+} fd_bans SEC(".maps");
+
+/* Test runs (set from Go at load): the clock is fd_policers[0].tat, in ns,
+ * so that tests say what time it is. Off, the verifier removes the test. */
+volatile const __u32 fd_test_clock = 0;
 
 /* Never read: it makes the types user space needs (and nothing above
  * references) part of the BTF, so bpf2go exports them to Go. */
@@ -620,6 +761,9 @@ volatile const struct {
 	struct fd_stamp stamp;
 	struct fd_conf conf;
 	struct counter counter;
+	enum fd_lim_flags lim_flags;
+	struct fd_pcnt pcnt;
+	struct fd_ban ban;
 } fd_btf_anchor = {};
 
 /* ---- compound rules: bit-vector classifier ---- */
@@ -1072,6 +1216,147 @@ __noinline __u32 fd_v6_lookup(const struct fd_conf *c, __u64 hi, __u64 lo)
 	return best;
 }
 
+/* ---- policing: limit rules and bans ---- */
+
+/* The time in ns (CLOCK_MONOTONIC), or the test clock. */
+static __always_inline __u64 fd_now_ns(void)
+{
+	if (fd_test_clock) {
+		__u32 zero = 0;
+		struct fd_police *pe = bpf_map_lookup_elem(&fd_policers, &zero);
+
+		return pe ? pe->tat : 0;
+	}
+	return bpf_ktime_get_ns();
+}
+
+/* fd_src_mask puts the source (hi, lo as fd_banned takes them) masked to
+ * len bits into k. Frames without a source (not IP) all get one key. */
+static __always_inline void fd_src_mask(struct fd_src_key *k, __u32 family, __u64 hi, __u64 lo,
+					__u32 len)
+{
+	k->hi = 0;
+	k->lo = 0;
+	if (family == 4) {
+		if (len >= 32)
+			k->hi = hi & 0xffffffffULL;
+		else if (len)
+			k->hi = hi & (0xffffffffULL << (32 - len)) & 0xffffffffULL;
+	} else if (family == 6) {
+		if (len > 64) {
+			k->hi = hi;
+			k->lo = lo & fd_mask64(len > 128 ? 64 : len - 64);
+		} else if (len) {
+			k->hi = hi & fd_mask64(len);
+		}
+	}
+}
+
+/* fd_banned reports whether the source (IPv4: host order in hi; IPv6: as
+ * loaded from the packet) is banned, looked up under each length of
+ * lens (one per byte, see fd_conf.ban4), and counts the frame in the ban.
+ * A ban past its time is deleted. */
+static __noinline int fd_banned(__u32 lens, __u32 family, __u64 hi, __u64 lo)
+{
+	struct fd_src_key k = {};
+	struct fd_ban *b;
+	int i;
+
+	for (i = 0; i < FD_BAN_LENS; i++) {
+		__u32 len = (lens >> (i * 8)) & 0xff;
+
+		if (!len)
+			break;
+		fd_src_mask(&k, family, hi, lo, len);
+		k.id = family << 8 | len;
+		b = bpf_map_lookup_elem(&fd_bans, &k);
+		if (!b)
+			continue;
+		if (fd_now_ns() < b->until) {
+			__sync_fetch_and_add(&b->dropped, 1);
+			return 1;
+		}
+		bpf_map_delete_elem(&fd_bans, &k);
+	}
+	return 0;
+}
+
+/* This CPU's counters of police entry idx. */
+static __always_inline struct fd_pcnt *fd_pcnt_of(__u32 idx)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct fd_pcnt *row = bpf_map_lookup_elem(&fd_pol_cnt, &cpu);
+
+	return row ? &row[idx & (FD_POLICE_MAX - 1)] : 0;
+}
+
+/* fd_police_run polices a frame of bytes that limit rule idx (the number
+ * in its val) matched, and returns the val it gets: pass if it conforms,
+ * drop if it exceeds, with the rule's counter slot. The source as for
+ * fd_banned. See struct fd_police for the algorithm. Two CPUs that read a
+ * bucket at once may both let a frame through where one would: at most
+ * one frame per CPU above the bucket. */
+static __noinline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __u64 lo, __u32 bytes)
+{
+	__u32 key = idx & (FD_POLICE_MAX - 1);
+	struct fd_police *pe = bpf_map_lookup_elem(&fd_policers, &key);
+	__u64 now_ns, now, cost, old, t, *tat;
+	struct fd_src_key k = {};
+	struct fd_pcnt *pc;
+
+	if (!pe)
+		return FD_ACT_PASS << FD_VAL_ACT_SHIFT | (FD_SLOT_DEFAULT + FD_ACT_PASS);
+	now_ns = fd_now_ns();
+	now = now_ns << FD_POL_TIME_SHIFT;
+	cost = pe->cost;
+	if (pe->flags & FD_LIM_BYTES)
+		cost = (bytes & 0x3ffff) * cost >> FD_POL_BYTE_SHIFT;
+	tat = &pe->tat;
+	if (pe->flags & FD_LIM_PERSRC) {
+		fd_src_mask(&k, family, hi, lo, family == 4 ? pe->len4 : pe->len6);
+		k.id = key | family << 16;
+		k.epoch = pe->epoch;
+		tat = bpf_map_lookup_elem(&fd_pol_src, &k);
+		if (!tat) {
+			/* A fresh bucket is full: the frame conforms. */
+			__u64 v = now + cost;
+
+			bpf_map_update_elem(&fd_pol_src, &k, &v, BPF_NOEXIST);
+			pc = fd_pcnt_of(key);
+			if (pc)
+				pc->sources++;
+			return FD_ACT_PASS << FD_VAL_ACT_SHIFT | (pe->slot & FD_VAL_SLOT_MASK);
+		}
+	}
+	old = *(volatile __u64 *)tat;
+	t = old > now ? old : now;
+	if (t + cost > now + pe->burst) {
+		pc = fd_pcnt_of(key);
+		if (pc) {
+			pc->exceed_packets++;
+			pc->exceed_bytes += bytes;
+		}
+		if (pe->ban_ns && (pe->flags & FD_LIM_PERSRC) && family) {
+			struct fd_ban b = {
+				.until = now_ns + pe->ban_ns,
+				.since = now_ns,
+				.slot = pe->slot,
+				.epoch = pe->epoch,
+			};
+
+			k.id = family << 8 | (family == 4 ? pe->len4 : pe->len6);
+			k.epoch = 0;
+			if (!bpf_map_update_elem(&fd_bans, &k, &b, BPF_NOEXIST) && pc)
+				pc->bans++;
+		}
+		return FD_ACT_DROP << FD_VAL_ACT_SHIFT | (pe->slot & FD_VAL_SLOT_MASK);
+	}
+	/* Conforms: move tat by cost, from now if the bucket was full. */
+	if (old > now || __sync_val_compare_and_swap(tat, old, now + cost) != old)
+		__sync_fetch_and_add(tat, cost);
+	return FD_ACT_PASS << FD_VAL_ACT_SHIFT | (pe->slot & FD_VAL_SLOT_MASK);
+}
+
 /* ---- the whole evaluation ---- */
 
 /* fd_ports reads the ports of a first TCP or UDP fragment at pos and adds
@@ -1115,6 +1400,7 @@ static __always_inline int fd_icmp(struct fd_pkt *p, void *pos, void *data_end)
 /* What fd_decide needs besides the frame. */
 struct fd_env {
 	const struct fd_half *h;
+	const __u32 *len; /* as fd_parse_then's */
 };
 
 /* A frame's verdict from its parsed fields, or, with p NULL, a malformed
@@ -1260,6 +1546,12 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 		return r;
 	}
 
+	/* Bans first (IPv4 frames carry their address in hi). */
+	if (p->family == 4 && c->ban4 && fd_banned(c->ban4, 4, p->src4, 0))
+		goto banned;
+	if (p->family == 6 && c->ban6 && fd_banned(c->ban6, 6, p->src6[0], p->src6[1]))
+		goto banned;
+
 	if (c->ncompound) {
 		const struct fd_cls_half *t = &h->cls;
 
@@ -1270,7 +1562,7 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 				r.index = fd_ctz_tab[i & 63]; /* for the trace only */
 				r.val = c->crule_h[i & 63];
 				if (r.index < c->late_from)
-					return r;
+					goto compound;
 				late = r;
 				r.val = 0;
 			}
@@ -1281,7 +1573,7 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 				r.index = i & (FD_MAX_COMPOUND - 1);
 				r.val = c->crule[r.index];
 				if (r.index < c->late_from)
-					return r;
+					goto compound;
 				late = r;
 				r.val = 0;
 			}
@@ -1298,11 +1590,32 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 		return r;
 	}
 	/* A late compound rule matched and no prefix rule did. */
-	if (late.val)
-		return late;
+	if (late.val) {
+		r = late;
+		goto compound;
+	}
 
 	r.class = FD_CLASS_DEFAULT;
 	r.val = (c->policy << FD_VAL_ACT_SHIFT) | (FD_SLOT_DEFAULT + (c->policy & 3));
+	return r;
+
+compound:
+	/* Only a limit rule's val has bit 31 (FD_ACT_LIMIT). */
+	if (r.val & (1u << 31)) {
+		__u32 bytes = *env->len & ~PARSE_LEN_CHECK;
+
+		if (p->family == 4)
+			r.val = fd_police_run(r.val, 4, p->src4, 0, bytes);
+		else if (p->family == 6)
+			r.val = fd_police_run(r.val, 6, p->src6[0], p->src6[1], bytes);
+		else
+			r.val = fd_police_run(r.val, 0, 0, 0, bytes);
+	}
+	return r;
+
+banned:
+	r.class = FD_CLASS_BAN;
+	r.val = FD_ACT_DROP << FD_VAL_ACT_SHIFT | FD_SLOT_BANNED;
 	return r;
 }
 
@@ -1311,7 +1624,7 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 static __always_inline struct fd_result fd_match(const struct fd_half *h, struct xdp_md *ctx,
 						 __u32 *len)
 {
-	struct fd_env env = { .h = h };
+	struct fd_env env = { .h = h, .len = len };
 
 	return fd_parse_then(ctx, len, fd_decide, &env);
 }
@@ -1328,7 +1641,7 @@ static __always_inline void fd_check_len(struct xdp_md *volatile *ctx,
 	__u32 whole = bpf_xdp_get_buff_len(*ctx);
 
 	if ((*len & ~PARSE_LEN_CHECK) > whole) {
-		struct fd_env env = { .h = *h };
+		struct fd_env env = { .h = *h, .len = len };
 
 		*r = fd_decide(&env, NULL);
 	}

@@ -247,29 +247,30 @@ const (
 // Byte offsets in struct fd_rule_rec; TestRecordLayout checks them against
 // the generated type.
 const (
-	recAction  = 0
-	recFamily  = 1
-	recSrcLen  = 2
-	recDstLen  = 3
-	recFlags   = 4 // u32
-	recLine    = 8
-	recOrder   = 12
-	recAdded   = 16
-	recRemoved = 20
-	recSrc     = 24
-	recDst     = 40
-	recEther   = 56
-	recSport   = 58
-	recDport   = 62
-	recProto   = 66
-	recTTL     = 67
-	recTCPSet  = 69 // then tcp_clear, tcp_exact
-	recQueue   = 72 // queue_lo, queue_hi
-	recDSCP    = 76 // dscp_lo, dscp_hi, dscp_named
-	recType    = 79 // type_lo, type_hi, type_named
-	recCode    = 82 // code_lo, code_hi
-	recOrigin  = 96
-	originLen  = int(gen.FastdropFdLayoutFD_ORIGIN_LEN)
+	recAction    = 0
+	recFamily    = 1
+	recSrcLen    = 2
+	recDstLen    = 3
+	recFlags     = 4 // u32
+	recLine      = 8
+	recOrder     = 12
+	recAdded     = 16
+	recRemoved   = 20
+	recSrc       = 24
+	recDst       = 40
+	recEther     = 56
+	recSport     = 58
+	recDport     = 62
+	recProto     = 66
+	recTTL       = 67
+	recTCPSet    = 69 // then tcp_clear, tcp_exact
+	recQueue     = 72 // queue_lo, queue_hi
+	recDSCP      = 76 // dscp_lo, dscp_hi, dscp_named
+	recTypeNamed = 79
+	recOrigin    = 80
+	recType      = 120 // type_lo, type_hi
+	recCode      = 122 // code_lo, code_hi
+	originLen    = int(gen.FastdropFdLayoutFD_ORIGIN_LEN)
 )
 
 // recLive reports whether a record with generations added and removed is

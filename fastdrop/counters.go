@@ -3,6 +3,8 @@ package fastdrop
 import (
 	"fmt"
 	"slices"
+
+	"github.com/xdpdrop/xdpdrop/gen"
 )
 
 // Counter is a number of frames and their bytes (from the Ethernet header
@@ -24,6 +26,9 @@ type RuleCounter struct {
 	Index int  `json:"index"` // position in Engine.RuleSet().Rules
 	Rule  Rule `json:"-"`
 	Counter
+	// Limit, for a limit rule, splits Counter into what passed and what
+	// was dropped.
+	Limit *LimitCounter `json:"limit,omitempty"`
 }
 
 // Counters are the engine's counters, summed over the CPUs.
@@ -43,6 +48,9 @@ type Counters struct {
 	Malformed Counter `json:"malformed"`
 	// Default counts frames that no rule matched (they got the policy).
 	Default Counter `json:"default"`
+	// Banned counts frames dropped because their source was banned
+	// (also in Drop).
+	Banned Counter `json:"banned"`
 }
 
 // counterPair is struct counter.
@@ -75,11 +83,31 @@ func (e *Engine) Counters() (*Counters, error) {
 			c.Redirect.add(n)
 		}
 	}
+	var pc []gen.FastdropFdPcnt
+	if len(e.pol.of) > 0 || get(slotRetired+uint32(ActionLimit)).Packets > 0 {
+		if pc, err = e.pcntSums(); err != nil {
+			return nil, err
+		}
+	}
 	for i := range e.rules {
 		n := get(e.slots[i])
 		c.Rules[i] = RuleCounter{Index: i, Rule: e.rules[i], Counter: n}
+		if e.rules[i].Action == ActionLimit {
+			l := split(n, pc[e.pol.of[e.slots[i]]])
+			c.Rules[i].Limit = &l
+			c.Pass.add(l.Conform)
+			c.Drop.add(l.Exceed)
+			continue
+		}
 		verdict(e.rules[i].Action, n)
 	}
+	if pc != nil { // removed limit rules
+		l := split(get(slotRetired+uint32(ActionLimit)), pc[0])
+		c.Pass.add(l.Conform)
+		c.Drop.add(l.Exceed)
+	}
+	c.Banned = get(slotBanned)
+	c.Drop.add(c.Banned)
 	for a := ActionDrop; a <= ActionRedirect; a++ {
 		c.Malformed.add(get(slotMalform + uint32(a)))
 		c.Default.add(get(slotDefault + uint32(a)))

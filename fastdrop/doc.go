@@ -14,7 +14,19 @@
 // the rule set's policy; frames that cannot be parsed get its malformed
 // verdict.
 //
-// [Model] is a plain Go implementation of exactly these semantics. It is
+// A limit rule (action [ActionLimit], [Rule.Limit]) is a compound rule that
+// polices what it matches: a token bucket (GCRA) per rule, shared by the
+// CPUs through atomics, or one per source prefix in a fixed-size LRU
+// table; conforming frames pass, the excess is dropped, and with a ban the
+// source is dropped before any rule for the ban's duration, which the
+// kernel ends by itself ([Engine.Bans], [Engine.Unban]). A compound rule's
+// val with action 4 names its policer (struct fd_police) instead of its
+// counter slot; the program resolves it into a drop or pass val with the
+// slot. [Counters] split a limit rule's frames in [LimitCounter].
+//
+// [Model] is a plain Go implementation of exactly these semantics (for
+// limit rules: which rule decides; the verdict it gives is a fresh
+// bucket's first frame's, pass). It is
 // the oracle the kernel program is tested against, not a fast path.
 //
 // # Match fields

@@ -69,6 +69,14 @@ type Options struct {
 	// most one per prefix per level of the search, usually far fewer) may
 	// fill three quarters of it. Default 131,072; at most MaxIPv6Entries.
 	IPv6Entries int
+	// LimitSources is the size of the table of per-source buckets that
+	// limit rules with per src share (least recently used evicted: a
+	// flood of spoofed sources cannot grow it). Default 131,072, about
+	// 13 MiB.
+	LimitSources int
+	// Bans is how many sources may be banned at once (least recently
+	// used evicted). Default 16,384, about 2 MiB.
+	Bans int
 
 	// SocketMaps, if set, are the socket maps of another engine, by the
 	// names Maps gives them (fd_xsks and fd_xsk_counters): the new engine
@@ -77,6 +85,9 @@ type Options struct {
 	// tables to replace an attached one).
 	SocketMaps map[string]*ebpf.Map
 
+	// testClock makes the program's clock the test clock (test runs only:
+	// Engine.setTestClock).
+	testClock bool
 	// trace makes the program prepend a struct fd_trace_rec to each frame
 	// (test runs only).
 	trace bool
@@ -224,6 +235,12 @@ func (o Options) withDefaults() Options {
 	if o.IPv6Entries <= 0 {
 		o.IPv6Entries = 1 << 17
 	}
+	if o.LimitSources <= 0 {
+		o.LimitSources = 1 << 17
+	}
+	if o.Bans <= 0 {
+		o.Bans = 1 << 14
+	}
 	e := 1024
 	for e < o.IPv6Entries {
 		e *= 2
@@ -239,6 +256,7 @@ var mapNames = []string{
 	gen.FastdropMapFdCounters,
 	gen.FastdropMapFdRules,
 	gen.FastdropMapFdXsks, gen.FastdropMapFdXskCounters,
+	gen.FastdropMapFdPolicers, gen.FastdropMapFdPolCnt, gen.FastdropMapFdPolSrc, gen.FastdropMapFdBans,
 }
 
 // socketMaps are the maps of the AF_XDP sockets (sockets.go), which a
@@ -264,6 +282,7 @@ type Engine struct {
 	mem  struct {
 		ctl, cls, tbl24                   *mapMem // parts of fd_main
 		tbl8, sparse, v6, counters, rules *mapMem
+		pcnt                              *mapMem     // fd_pol_cnt
 		active                            *activeWord // state.active in fd_main, stored atomically
 	}
 	syncOuter, syncInner *ebpf.Map
@@ -307,6 +326,9 @@ type Engine struct {
 	tablesStale bool
 	// loaded: e.rules holds the rule set of generation e.generation.
 	loaded bool
+	// pol: the limit rules' police entries.
+	pol       policeState
+	testClock bool
 }
 
 // New loads the drop program and creates its maps, with an empty rule set
@@ -338,6 +360,14 @@ func New(opts Options) (*Engine, error) {
 	spec.Maps[gen.FastdropMapFdCounters].MaxEntries = uint32(ncpu)
 	spec.Maps[gen.FastdropMapFdCounters].ValueSize = uint32(nslots * counterSize)
 	spec.Maps[gen.FastdropMapFdRules].MaxEntries = uint32(nslots)
+	spec.Maps[gen.FastdropMapFdPolCnt].MaxEntries = uint32(ncpu)
+	spec.Maps[gen.FastdropMapFdPolSrc].MaxEntries = uint32(opts.LimitSources)
+	spec.Maps[gen.FastdropMapFdBans].MaxEntries = uint32(opts.Bans)
+	if opts.testClock {
+		if err := spec.Variables[gen.FastdropVarFdTestClock].Set(uint32(1)); err != nil {
+			return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdTestClock, err)
+		}
+	}
 	if err := spec.Variables[gen.FastdropVarFdCounterSlots].Set(uint32(nslots)); err != nil {
 		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdCounterSlots, err)
 	}
@@ -364,7 +394,7 @@ func New(opts Options) (*Engine, error) {
 		// program's pointer arithmetic (EACCES).
 		return nil, fmt.Errorf("fastdrop: load program: %w%s", err, caps.Suffix(err, caps.Of(caps.BPF, caps.NetAdmin, caps.Perfmon)))
 	}
-	e := &Engine{prog: coll.Programs[progName], maps: make(map[string]*ebpf.Map)}
+	e := &Engine{prog: coll.Programs[progName], maps: make(map[string]*ebpf.Map), testClock: opts.testClock}
 	delete(coll.Programs, progName)
 	for _, name := range mapNames {
 		// (Replacement maps are the collection's clones: ours to close.)
@@ -499,6 +529,7 @@ func (e *Engine) setup() error {
 		{gen.FastdropMapFdV6Tab, &e.mem.v6, 0, 1 << 20, 4},
 		{gen.FastdropMapFdCounters, &e.mem.counters, 0, 64 << 10, 2*e.ncpu + 2},
 		{gen.FastdropMapFdRules, &e.mem.rules, 0, 1 << 20, 4},
+		{gen.FastdropMapFdPolCnt, &e.mem.pcnt, 0, 64 << 10, e.ncpu + 1},
 	} {
 		mm, err := newMapMem(e.maps[m.name], m.base, m.window, m.nwin)
 		if err != nil {
@@ -551,6 +582,7 @@ func (e *Engine) resetRules() {
 	e.free = nil
 	e.nextSlot = firstRule
 	e.ncompound, e.maxOrder = 0, 0
+	e.pol.reset()
 }
 
 // resetTables makes empty table mirrors.
@@ -616,7 +648,7 @@ func (e *Engine) Close() error {
 		e.lockDir = nil
 	}
 	e.rules, e.slots, e.prefixSlot, e.textSlot = nil, nil, nil, nil
-	for _, m := range []*mapMem{e.mem.ctl, e.mem.cls, e.mem.tbl24, e.mem.tbl8, e.mem.sparse, e.mem.v6, e.mem.counters, e.mem.rules} {
+	for _, m := range []*mapMem{e.mem.ctl, e.mem.cls, e.mem.tbl24, e.mem.tbl8, e.mem.sparse, e.mem.v6, e.mem.counters, e.mem.rules, e.mem.pcnt} {
 		errs = append(errs, m.release())
 	}
 	errs = append(errs, e.mem.active.close())
@@ -966,6 +998,9 @@ func (e *Engine) check(p *plan) error {
 	if p.malformed != ActionDrop && p.malformed != ActionPass {
 		return fmt.Errorf("malformed verdict %s: %w", p.malformed, ErrUnsupportedAction)
 	}
+	if p.policy == ActionLimit {
+		return fmt.Errorf("policy %s: %w", p.policy, ErrUnsupportedAction)
+	}
 	if maxRules := (e.nslots - int(firstRule)) / 2; len(p.rules) > maxRules {
 		return fmt.Errorf("%d rules: %w: the program was loaded with room for %d rules; %s", len(p.rules), ErrCapacity, maxRules, reloadAdvice)
 	}
@@ -1101,6 +1136,11 @@ func (e *Engine) loadLocked() error {
 			}
 			rules = append(rules, Rule{})
 			order := decodeRecordInto(rb, &rules[len(rules)-1])
+			if r := &rules[len(rules)-1]; r.Action == ActionLimit {
+				var idx uint16
+				r.Limit, idx, e.pol.epoch[s] = decodeLimit(rb)
+				e.pol.of[s] = idx
+			}
 			if len(orders) > 0 && order < orders[len(orders)-1] {
 				sorted = false
 			}
@@ -1138,7 +1178,7 @@ func (e *Engine) loadLocked() error {
 	if len(bySlot) > 0 {
 		var corder []int
 		for i := range min(int(conf.Ncompound), len(conf.Crule)) {
-			if j, ok := bySlot[valSlot(conf.Crule[i])]; ok {
+			if j, ok := bySlot[e.cvalSlot(conf.Crule[i])]; ok {
 				corder = append(corder, j)
 			}
 		}
@@ -1247,7 +1287,7 @@ func (e *Engine) compileAll() error {
 		return err
 	}
 	e.v6dirty = true
-	cls, err := compileRules(e.rules, e.slots)
+	cls, err := compileRules(e.rules, e.slots, e.cval)
 	if err != nil {
 		return err
 	}
@@ -1258,13 +1298,13 @@ func (e *Engine) compileAll() error {
 
 // compileRules compiles the compound rules of rules, whose counter slots
 // are slots, in the order they are evaluated (compoundOrder).
-func compileRules(rules []Rule, slots []uint32) (*classifier, error) {
+func compileRules(rules []Rule, slots []uint32, val func(*Rule, uint32) uint32) (*classifier, error) {
 	order, early := compoundOrder(rules)
 	compound := make([]*Rule, len(order))
 	vals := make([]uint32, len(order))
 	for k, i := range order {
 		compound[k] = &rules[i]
-		vals[k] = mkVal(rules[i].Action, slots[i])
+		vals[k] = val(&rules[i], slots[i])
 	}
 	cls, err := compileCompound(compound)
 	if err != nil {
@@ -1299,7 +1339,16 @@ func (e *Engine) commitLocked(p *plan) error {
 		rules []Rule
 		slots []uint32
 	}{e.rules, e.slots}
+	given, err := e.assignPolice(p, uint32(e.generation+1))
+	if err != nil {
+		return fmt.Errorf("fastdrop: %w", err)
+	}
+	if err := e.banLens(p.rules); err != nil {
+		e.undoPolice(given)
+		return err
+	}
 	if err := e.compileChange(p); err != nil {
+		e.undoPolice(given)
 		// The mirrors may be half changed: make them what the kernel
 		// holds, which nothing has touched.
 		if rerr := e.compileAll(); rerr != nil {
@@ -1434,7 +1483,7 @@ func (e *Engine) compileChange(p *plan) error {
 		e.v6dirty = true
 	}
 	if compoundChanged || p.whole {
-		cls, err := compileRules(p.rules, p.slots)
+		cls, err := compileRules(p.rules, p.slots, e.cval)
 		if err != nil {
 			return err
 		}
@@ -1492,8 +1541,12 @@ func (e *Engine) publishLocked(p *plan, oldRules []Rule, oldSlots []uint32) erro
 		e.genOf[e.slots[i]] = next
 	}
 
-	// The new tbl8 groups first: the tables written next point to them.
+	// The new tbl8 groups first: the tables written next point to them;
+	// so do the policers.
 	if err := e.v4.flush(); err != nil {
+		return err
+	}
+	if err := e.writePolicers(e.rules, e.slots, added); err != nil {
 		return err
 	}
 	if err := e.writeHalf(inactive); err != nil {
@@ -1519,6 +1572,9 @@ func (e *Engine) publishLocked(p *plan, oldRules []Rule, oldSlots []uint32) erro
 	}
 	// Free slots have zero counters, so that a new rule starts at zero.
 	if err := e.retireSlots(gone, goneActions); err != nil {
+		return err
+	}
+	if err := e.retirePolice(gone); err != nil {
 		return err
 	}
 	if err := e.zeroSlots(gone); err != nil {
@@ -1564,6 +1620,9 @@ func (e *Engine) writeRecords(ws []recWrite) error {
 				clear(b)
 			} else {
 				encodeRecord(b, w.rule, w.order, w.added, w.removed)
+				if w.rule.Limit != nil {
+					encodeLimit(b, w.rule.Limit, e.pol.of[w.slot])
+				}
 			}
 		}
 		if _, err := e.mem.rules.WriteAt(buf, int64(ws[i].slot)*int64(recSize)); err != nil {
@@ -1706,5 +1765,6 @@ func (e *Engine) confFor(h uint32) gen.FastdropFdConf {
 	}
 	c.Ncompound = uint32(len(e.cls.vals))
 	c.LateFrom = uint32(e.cls.lateFrom)
+	c.Ban4, c.Ban6 = packLens(e.pol.lens4), packLens(e.pol.lens6)
 	return c
 }

@@ -455,7 +455,7 @@ func icmpField(name string, at uintptr, textPos int) matchField {
 	members := []recMember{{"code_lo", recCode, 1}, {"code_hi", recCode + 1, 1}}
 	if isType {
 		fld, dir, flag, rec = int(gen.FastdropFdFieldFD_FLD_TYPE), int(gen.FastdropFdDirectFD_DIR_TYPE), uint32(gen.FastdropFdRecFlagsFD_REC_TYPE), recType
-		members = []recMember{{"type_lo", recType, 1}, {"type_hi", recType + 1, 1}, {"type_named", recType + 2, 1}}
+		members = []recMember{{"type_lo", recType, 1}, {"type_hi", recType + 1, 1}, {"type_named", recTypeNamed, 1}}
 	}
 	examples := []string{"drop icmp " + name + " 3", "drop icmpv6 " + name + " 128-129", "pass icmp " + name + " 0 src 192.0.2.0/24"}
 	if isType {
@@ -536,12 +536,12 @@ func icmpField(name string, at uintptr, textPos int) matchField {
 		encode: func(b []byte, r *Rule) {
 			b[rec], b[rec+1] = lohi(r)
 			if isType && r.ICMPType.Named {
-				b[rec+2] = 1
+				b[recTypeNamed] = 1
 			}
 		},
 		decode: func(b []byte, r *Rule) {
 			if isType {
-				r.ICMPType = &ICMPType{Lo: b[rec], Hi: b[rec+1], Named: b[rec+2] != 0}
+				r.ICMPType = &ICMPType{Lo: b[rec], Hi: b[rec+1], Named: b[recTypeNamed] != 0}
 			} else {
 				r.ICMPCode = &ByteRange{Lo: b[rec], Hi: b[rec+1]}
 			}

@@ -20,8 +20,9 @@ var layoutFingerprints = map[uint32]string{
 	2: "2d5d68a22a76175d", // records of 128 bytes; direct tables FD_DIR_*; ttl
 	3: "44bd7b78f3997bb1", // tcp flags
 	4: "b7b0562abe2e616f", // queue field, rule origins, late rules, AF_XDP sockets
-	// 5 was h/fields' dscp, type and code before it merged main's 4: never released.
-	6: "b3f533424b4455a5", // queue and origins with dscp, icmp type and code
+	5: "931fce7e2bc24f10", // limit rules: fd_police, bans; their parameters in the record
+	// 6 was h/fields' queue and origins with dscp, type and code before it merged main's 5: never released.
+	7: "776dc631318b48be", // limit rules with dscp, icmp type and code
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

@@ -14,6 +14,7 @@ const (
 	ClassCompound                         // a compound rule matched
 	ClassPrefix                           // a prefix rule matched (longest prefix)
 	ClassDefault                          // nothing matched; RuleSet.Policy applied
+	ClassBan                              // the source was banned by a limit rule (the kernel only)
 )
 
 func (c ResultClass) String() string {
@@ -26,6 +27,8 @@ func (c ResultClass) String() string {
 		return "prefix"
 	case ClassDefault:
 		return "default"
+	case ClassBan:
+		return "ban"
 	}
 	return "ResultClass(" + strconv.Itoa(int(c)) + ")"
 }
@@ -112,7 +115,7 @@ func (m *Model) EvalOn(frame []byte, queue uint32) Result {
 	pkt.queue = queue
 	for _, i := range m.compound[:m.early] {
 		if matches(&m.rs.Rules[i], &pkt) {
-			return Result{Verdict: m.rs.Rules[i].Action, Class: ClassCompound, Rule: i}
+			return m.compoundResult(i)
 		}
 	}
 	if pkt.isIP {
@@ -122,10 +125,21 @@ func (m *Model) EvalOn(frame []byte, queue uint32) Result {
 	}
 	for _, i := range m.compound[m.early:] {
 		if matches(&m.rs.Rules[i], &pkt) {
-			return Result{Verdict: m.rs.Rules[i].Action, Class: ClassCompound, Rule: i}
+			return m.compoundResult(i)
 		}
 	}
 	return Result{Verdict: m.rs.EffectivePolicy(), Class: ClassDefault, Rule: -1}
+}
+
+// compoundResult is the result of a frame that compound rule i decides.
+// A limit rule's verdict depends on time and the frames before: the model
+// gives that of the first frame of a fresh bucket, which conforms.
+func (m *Model) compoundResult(i int) Result {
+	v := m.rs.Rules[i].Action
+	if v == ActionLimit {
+		v = ActionPass
+	}
+	return Result{Verdict: v, Class: ClassCompound, Rule: i}
 }
 
 // longestPrefix returns the prefix rule with the longest prefix containing a.

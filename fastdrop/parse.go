@@ -74,7 +74,7 @@ func PrefixRules(action Action, prefixes []netip.Prefix) []Rule {
 	return rules
 }
 
-const wantAction = "want drop, pass or redirect, or a policy or malformed line"
+const wantAction = "want drop, pass, redirect or limit, or a policy or malformed line"
 
 // clipped is a piece of a rule file quoted in an error message. It prints
 // (with %s or %q) at most clipLen bytes of it and then its length, so that
@@ -146,7 +146,7 @@ func parseString(s, name string) (*RuleSet, error) {
 				return nil, p.errorf("%s takes one verdict (want \"%s pass\" or \"%s drop\")", kw, kw, kw)
 			}
 			a, err := ParseAction(p.toks[1])
-			if err != nil || (kw == "malformed" && a == ActionRedirect) {
+			if err != nil || a == ActionLimit || (kw == "malformed" && a == ActionRedirect) {
 				if kw == "malformed" {
 					return nil, p.errorf("unknown malformed verdict %q (want pass or drop)", clipped(p.toks[1]))
 				}
@@ -366,7 +366,29 @@ func (p *parser) rule(r *Rule) *ParseError {
 	// The token that gave each field its value, "" if none yet.
 	var seen [len(matchFields)]string
 	toks := p.toks[1:]
+	var limitSeen [3]bool
+	if a == ActionLimit {
+		if len(toks) == 0 || isKeyword(toks[0]) {
+			return p.errorf("limit needs a rate first (%s, as in limit 1000/s udp dport 53)", wantRate)
+		}
+		rate, unit, err := ParseRate(toks[0])
+		if err != nil {
+			return p.errorf("%s", err.Error())
+		}
+		r.Limit = &Limit{Rate: rate, Unit: unit}
+		toks = toks[1:]
+	}
 	for len(toks) > 0 {
+		if r.Limit != nil {
+			n, msg := parseLimitWord(r.Limit, &limitSeen, toks)
+			if msg != "" {
+				return p.errorf("%s", msg)
+			}
+			if n > 0 {
+				toks = toks[n:]
+				continue
+			}
+		}
 		kw := toks[0]
 		toks = toks[1:]
 		i := fieldByKeyword(kw)
@@ -396,6 +418,14 @@ func (p *parser) rule(r *Rule) *ParseError {
 		}
 		*prev = v
 		if msg := f.parse(r, v); msg != "" {
+			return p.errorf("%s", msg)
+		}
+	}
+	if r.Limit != nil {
+		if r.Limit.Burst > 1<<32-1 {
+			return p.errorf("limit burst above 4294967295: write a smaller burst")
+		}
+		if msg := r.Limit.resolveSrcLen(r.family()); msg != "" {
 			return p.errorf("%s", msg)
 		}
 	}

@@ -193,9 +193,9 @@ func TestParseErrors(t *testing.T) {
 		want string // the whole Error()
 	}{
 		// Actions and policy lines.
-		{"dorp src 10.0.0.0/8", `rules.txt:1: unknown action "dorp" (want drop, pass or redirect, or a policy or malformed line)`},
-		{"Drop src 10.0.0.0/8", `rules.txt:1: unknown action "Drop" (want drop, pass or redirect, or a policy or malformed line)`},
-		{"src 10.0.0.0/8", `rules.txt:1: unknown action "src" (want drop, pass or redirect, or a policy or malformed line)`},
+		{"dorp src 10.0.0.0/8", `rules.txt:1: unknown action "dorp" (want drop, pass, redirect or limit, or a policy or malformed line)`},
+		{"Drop src 10.0.0.0/8", `rules.txt:1: unknown action "Drop" (want drop, pass, redirect or limit, or a policy or malformed line)`},
+		{"src 10.0.0.0/8", `rules.txt:1: unknown action "src" (want drop, pass, redirect or limit, or a policy or malformed line)`},
 		{"drop pass", `rules.txt:1: unexpected "pass": the action comes first and only once per line`},
 		{"policy", `rules.txt:1: policy takes one verdict (want "policy pass" or "policy drop")`},
 		{"policy pass drop", `rules.txt:1: policy takes one verdict (want "policy pass" or "policy drop")`},
@@ -324,7 +324,7 @@ func TestParseErrors(t *testing.T) {
 
 func TestParseErrorWithoutName(t *testing.T) {
 	_, err := Parse(strings.NewReader("drop\nfoo"), "")
-	if want := `line 2: unknown action "foo" (want drop, pass or redirect, or a policy or malformed line)`; err == nil || err.Error() != want {
+	if want := `line 2: unknown action "foo" (want drop, pass, redirect or limit, or a policy or malformed line)`; err == nil || err.Error() != want {
 		t.Errorf("got %v, want %s", err, want)
 	}
 }

@@ -18,6 +18,10 @@ const (
 	// queue (Engine.RegisterSocket), or to the kernel stack when there is
 	// none.
 	ActionRedirect
+	// ActionLimit polices the frames a compound rule matches (Rule.Limit):
+	// those within the rate pass, the excess is dropped. Rules only: never
+	// a policy.
+	ActionLimit
 )
 
 // String returns the rule-file keyword of a: "drop", "pass" or "redirect".
@@ -29,6 +33,8 @@ func (a Action) String() string {
 		return "pass"
 	case ActionRedirect:
 		return "redirect"
+	case ActionLimit:
+		return "limit"
 	}
 	return "Action(" + strconv.Itoa(int(a)) + ")"
 }
@@ -42,11 +48,13 @@ func ParseAction(s string) (Action, error) {
 		return ActionPass, nil
 	case "redirect":
 		return ActionRedirect, nil
+	case "limit":
+		return ActionLimit, nil
 	}
-	return 0, fmt.Errorf("unknown action %q (want drop, pass or redirect)", s)
+	return 0, fmt.Errorf("unknown action %q (want drop, pass, redirect or limit)", s)
 }
 
-func (a Action) valid() bool { return a >= ActionDrop && a <= ActionRedirect }
+func (a Action) valid() bool { return a >= ActionDrop && a <= ActionLimit }
 
 // MaxCompoundRules is the largest number of compound (not prefix-only) rules
 // a rule set may hold; the kernel program scans them per packet.
@@ -117,6 +125,9 @@ type Rule struct {
 	// and orders the rules of different origins; it is no part of the
 	// rule's text.
 	Origin string
+	// Limit is the policer of an ActionLimit rule (nil for every other
+	// action).
+	Limit *Limit
 }
 
 // IsPrefixOnly reports whether r is "ACTION src PREFIX" and nothing else.
@@ -124,7 +135,7 @@ type Rule struct {
 // compound rule list. Line does not matter. (A Proto without HasProto
 // or an invalid dst, which Validate refuses, make a rule compound too.)
 func (r Rule) IsPrefixOnly() bool {
-	if !r.Src.IsValid() || r.Proto != 0 {
+	if !r.Src.IsValid() || r.Proto != 0 || r.Action == ActionLimit || r.Limit != nil {
 		return false
 	}
 	for i := range matchFields {
@@ -143,6 +154,10 @@ func (r Rule) IsPrefixOnly() bool {
 func (r Rule) String() string {
 	var b strings.Builder
 	b.WriteString(r.Action.String())
+	if r.Limit != nil {
+		b.WriteByte(' ')
+		b.WriteString(r.Limit.text(r.family()))
+	}
 	for pos := range matchFields {
 		for i := range matchFields {
 			if f := &matchFields[i]; f.textPos == pos && f.isSet(&r) {
@@ -226,7 +241,20 @@ func (r Rule) Validate() error { return r.validate() }
 // where it is, so that no copy of it is made on the heap.
 func (r *Rule) validate() error {
 	if !r.Action.valid() {
-		return fmt.Errorf("invalid action %d (want drop, pass or redirect)", r.Action)
+		return fmt.Errorf("invalid action %d (want drop, pass, redirect or limit)", r.Action)
+	}
+	switch {
+	case r.Action == ActionLimit && r.Limit == nil:
+		return errors.New("limit needs a rate (want e.g. limit 1000/s udp dport 53)")
+	case r.Action != ActionLimit && r.Limit != nil:
+		return fmt.Errorf("a rate is only for limit rules, not %s", r.Action)
+	case r.Limit != nil:
+		if err := r.Limit.validate(); err != nil {
+			return err
+		}
+		if r.Limit.PerSrc && r.Limit.Src4Len != 0 && r.family() == 6 {
+			return errors.New("per src/N/M on an IPv6 rule: write per src/M")
+		}
 	}
 	if err := ValidateOrigin(r.Origin); err != nil {
 		return err
@@ -319,7 +347,7 @@ func (rs *RuleSet) EffectiveMalformed() Action {
 // ErrTooManyRules) and MaxRules rules in all (wraps ErrCapacity), and
 // valid Policy and Malformed verdicts.
 func (rs *RuleSet) Validate() error {
-	if rs.Policy != 0 && !rs.Policy.valid() {
+	if rs.Policy != 0 && (!rs.Policy.valid() || rs.Policy == ActionLimit) {
 		return fmt.Errorf("invalid policy %s (want pass, drop or redirect)", rs.Policy)
 	}
 	if rs.Malformed != 0 && rs.Malformed != ActionPass && rs.Malformed != ActionDrop {

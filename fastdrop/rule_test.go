@@ -18,7 +18,7 @@ func TestAction(t *testing.T) {
 	if s := Action(0).String(); s != "Action(0)" {
 		t.Errorf("Action(0).String() = %q", s)
 	}
-	if _, err := ParseAction("accept"); err == nil || err.Error() != `unknown action "accept" (want drop, pass or redirect)` {
+	if _, err := ParseAction("accept"); err == nil || err.Error() != `unknown action "accept" (want drop, pass, redirect or limit)` {
 		t.Errorf("ParseAction(accept) error = %v", err)
 	}
 }
@@ -29,8 +29,9 @@ func TestRuleValidateInCode(t *testing.T) {
 		r    Rule
 		want string // "" = valid
 	}{
-		{"zero action", Rule{}, "invalid action 0 (want drop, pass or redirect)"},
-		{"action 4", Rule{Action: 4}, "invalid action 4 (want drop, pass or redirect)"},
+		{"zero action", Rule{}, "invalid action 0 (want drop, pass, redirect or limit)"},
+		{"limit without a rate", Rule{Action: 4}, "limit needs a rate (want e.g. limit 1000/s udp dport 53)"},
+		{"action 5", Rule{Action: 5}, "invalid action 5 (want drop, pass, redirect or limit)"},
 		{"match all", Rule{Action: ActionDrop}, ""},
 		{"proto without HasProto", Rule{Action: ActionDrop, Proto: 6}, "rule sets protocol 6 but its protocol match is off"},
 		{"proto 0", Rule{Action: ActionDrop, HasProto: true}, ""},

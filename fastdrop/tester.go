@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -47,12 +48,25 @@ type Tester struct {
 	ruleOf map[uint32]int // counter slot -> index in the rule set
 	out    []byte
 	padded []byte // TestCaptured's frame, padded to its length
+	// With limit rules, the program runs on a clock that SetTime sets:
+	// base is the first time given, which the clock shows as clockStart.
+	clock bool
+	base  time.Time
 }
+
+// clockStart is the program's clock at a Tester's first SetTime: any time
+// well after 0, so that the buckets start full.
+const clockStart = time.Hour
 
 // NewTester loads the program with tracing on and applies rs.
 func NewTester(rs *RuleSet) (*Tester, error) {
 	opts := CapacityFor(rs, 1)
 	opts.trace = true
+	for i := range rs.Rules {
+		if rs.Rules[i].Action == ActionLimit {
+			opts.testClock = true
+		}
+	}
 	e, err := New(opts)
 	if err != nil {
 		return nil, err
@@ -60,13 +74,39 @@ func NewTester(rs *RuleSet) (*Tester, error) {
 	if err := e.Apply(rs); err != nil {
 		return nil, errors.Join(err, e.Close())
 	}
-	t := &Tester{e: e, malformed: rs.EffectiveMalformed(), ruleOf: make(map[uint32]int), out: make([]byte, 4096)}
+	t := &Tester{e: e, malformed: rs.EffectiveMalformed(), ruleOf: make(map[uint32]int), out: make([]byte, 4096), clock: opts.testClock}
+	if t.clock {
+		if err := e.setTestClock(uint64(clockStart)); err != nil {
+			return nil, errors.Join(fmt.Errorf("fastdrop: set the clock: %w", err), e.Close())
+		}
+	}
 	e.mu.Lock()
 	for i, s := range e.slots {
 		t.ruleOf[s] = i
 	}
 	e.mu.Unlock()
 	return t, nil
+}
+
+// SetTime sets the time the next frames arrive at, for limit rules (a
+// capture's timestamps: limits are evaluated against the capture's own
+// clock). Only differences between the times count; a time before the
+// first one given counts as that one. Without limit rules it does nothing.
+// Without SetTime, every frame arrives at the same instant.
+func (t *Tester) SetTime(at time.Time) error {
+	if !t.clock {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.base.IsZero() {
+		t.base = at
+	}
+	d := max(at.Sub(t.base), 0)
+	if err := t.e.setTestClock(uint64(clockStart + d)); err != nil {
+		return fmt.Errorf("fastdrop: set the clock: %w", err)
+	}
+	return nil
 }
 
 // Test runs one frame through the program and returns its verdict, the

@@ -26,7 +26,17 @@ const (
 	FastdropFdActionFD_ACT_DROP     FastdropFdAction = 1
 	FastdropFdActionFD_ACT_PASS     FastdropFdAction = 2
 	FastdropFdActionFD_ACT_REDIRECT FastdropFdAction = 3
+	FastdropFdActionFD_ACT_LIMIT    FastdropFdAction = 4
 )
+
+type FastdropFdBan struct {
+	_       structs.HostLayout
+	Until   uint64
+	Since   uint64
+	Dropped uint64
+	Slot    uint32
+	Epoch   uint32
+}
 
 type FastdropFdBm struct {
 	_ structs.HostLayout
@@ -40,6 +50,7 @@ const (
 	FastdropFdClassFD_CLASS_COMPOUND  FastdropFdClass = 2
 	FastdropFdClassFD_CLASS_PREFIX    FastdropFdClass = 3
 	FastdropFdClassFD_CLASS_DEFAULT   FastdropFdClass = 4
+	FastdropFdClassFD_CLASS_BAN       FastdropFdClass = 5
 )
 
 type FastdropFdConf struct {
@@ -60,6 +71,8 @@ type FastdropFdConf struct {
 	Crule     [256]uint32
 	CruleH    [64]uint32
 	LateFrom  uint32
+	Ban4      uint32
+	Ban6      uint32
 	_         [4]byte
 }
 
@@ -115,7 +128,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND   FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS       FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS          FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 6
+	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 7
 	FastdropFdLayoutFD_REC_SIZE       FastdropFdLayout = 128
 	FastdropFdLayoutFD_ORIGIN_LEN     FastdropFdLayout = 16
 	FastdropFdLayoutFD_COUNTER_SIZE   FastdropFdLayout = 16
@@ -125,7 +138,14 @@ const (
 	FastdropFdLayoutFD_SLOT_MALFORMED FastdropFdLayout = 0
 	FastdropFdLayoutFD_SLOT_DEFAULT   FastdropFdLayout = 4
 	FastdropFdLayoutFD_SLOT_RETIRED   FastdropFdLayout = 8
+	FastdropFdLayoutFD_SLOT_BANNED    FastdropFdLayout = 13
 	FastdropFdLayoutFD_SLOT_RULES     FastdropFdLayout = 16
+	FastdropFdLayoutFD_POLICE_MAX     FastdropFdLayout = 1024
+	FastdropFdLayoutFD_POLICE_SIZE    FastdropFdLayout = 64
+	FastdropFdLayoutFD_PCNT_SIZE      FastdropFdLayout = 32
+	FastdropFdLayoutFD_POL_TIME_SHIFT FastdropFdLayout = 4
+	FastdropFdLayoutFD_POL_BYTE_SHIFT FastdropFdLayout = 16
+	FastdropFdLayoutFD_BAN_LENS       FastdropFdLayout = 4
 	FastdropFdLayoutFD_DIRECT         FastdropFdLayout = 65536
 	FastdropFdLayoutFD_FRONT_PORTS_N  FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N  FastdropFdLayout = 1024
@@ -177,6 +197,37 @@ const (
 	FastdropFdLayoutFD_V6DEPTH        FastdropFdLayout = 8
 )
 
+type FastdropFdLimFlags uint32
+
+const (
+	FastdropFdLimFlagsFD_LIM_BYTES  FastdropFdLimFlags = 1
+	FastdropFdLimFlagsFD_LIM_BITS   FastdropFdLimFlags = 2
+	FastdropFdLimFlagsFD_LIM_PERSRC FastdropFdLimFlags = 4
+)
+
+type FastdropFdPcnt struct {
+	_             structs.HostLayout
+	ExceedPackets uint64
+	ExceedBytes   uint64
+	Bans          uint64
+	Sources       uint64
+}
+
+type FastdropFdPolice struct {
+	_     structs.HostLayout
+	Tat   uint64
+	Cost  uint64
+	Burst uint64
+	BanNs uint64
+	Slot  uint32
+	Epoch uint32
+	Flags uint8
+	Len4  uint8
+	Len6  uint8
+	Pad   [5]uint8
+	Pad2  [2]uint64
+}
+
 type FastdropFdRecFlags uint32
 
 const (
@@ -223,14 +274,29 @@ type FastdropFdRuleRec struct {
 	DscpLo     uint8
 	DscpHi     uint8
 	DscpNamed  uint8
+	TypeNamed  uint8
+	Origin     [16]int8
+	LimRate    uint64
+	LimBurst   uint32
+	LimBanMs   uint32
+	LimPolice  uint16
+	LimFlags   uint8
+	LimLen4    uint8
+	LimLen6    uint8
+	LimPad     [3]uint8
 	TypeLo     uint8
 	TypeHi     uint8
-	TypeNamed  uint8
 	CodeLo     uint8
 	CodeHi     uint8
-	Match      [12]uint8
-	Origin     [16]int8
-	Reserved   [16]uint8
+	Reserved   [4]uint8
+}
+
+type FastdropFdSrcKey struct {
+	_     structs.HostLayout
+	Id    uint32
+	Epoch uint32
+	Hi    uint64
+	Lo    uint64
 }
 
 type FastdropFdStamp struct {
@@ -290,8 +356,12 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	FastdropMapFdBans            = "fd_bans"
 	FastdropMapFdCounters        = "fd_counters"
 	FastdropMapFdMain            = "fd_main"
+	FastdropMapFdPolCnt          = "fd_pol_cnt"
+	FastdropMapFdPolSrc          = "fd_pol_src"
+	FastdropMapFdPolicers        = "fd_policers"
 	FastdropMapFdRules           = "fd_rules"
 	FastdropMapFdV4Sparse        = "fd_v4_sparse"
 	FastdropMapFdV4Tbl8          = "fd_v4_tbl8"
@@ -302,6 +372,7 @@ const (
 	FastdropProgXdpFastdropTrace = "xdp_fastdrop_trace"
 	FastdropVarFdBtfAnchor       = "fd_btf_anchor"
 	FastdropVarFdCounterSlots    = "fd_counter_slots"
+	FastdropVarFdTestClock       = "fd_test_clock"
 	FastdropVarFdV6Cap           = "fd_v6_cap"
 )
 
@@ -355,8 +426,12 @@ type FastdropProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastdropMapSpecs struct {
+	FdBans        *ebpf.MapSpec `ebpf:"fd_bans"`
 	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
 	FdMain        *ebpf.MapSpec `ebpf:"fd_main"`
+	FdPolCnt      *ebpf.MapSpec `ebpf:"fd_pol_cnt"`
+	FdPolSrc      *ebpf.MapSpec `ebpf:"fd_pol_src"`
+	FdPolicers    *ebpf.MapSpec `ebpf:"fd_policers"`
 	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
@@ -371,6 +446,7 @@ type FastdropMapSpecs struct {
 type FastdropVariableSpecs struct {
 	FdBtfAnchor    *ebpf.VariableSpec `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.VariableSpec `ebpf:"fd_counter_slots"`
+	FdTestClock    *ebpf.VariableSpec `ebpf:"fd_test_clock"`
 	FdV6Cap        *ebpf.VariableSpec `ebpf:"fd_v6_cap"`
 }
 
@@ -394,8 +470,12 @@ func (o *FastdropObjects) Close() error {
 //
 // It can be passed to LoadFastdropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastdropMaps struct {
+	FdBans        *ebpf.Map `ebpf:"fd_bans"`
 	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
 	FdMain        *ebpf.Map `ebpf:"fd_main"`
+	FdPolCnt      *ebpf.Map `ebpf:"fd_pol_cnt"`
+	FdPolSrc      *ebpf.Map `ebpf:"fd_pol_src"`
+	FdPolicers    *ebpf.Map `ebpf:"fd_policers"`
 	FdRules       *ebpf.Map `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
@@ -406,8 +486,12 @@ type FastdropMaps struct {
 
 func (m *FastdropMaps) Close() error {
 	return _FastdropClose(
+		m.FdBans,
 		m.FdCounters,
 		m.FdMain,
+		m.FdPolCnt,
+		m.FdPolSrc,
+		m.FdPolicers,
 		m.FdRules,
 		m.FdV4Sparse,
 		m.FdV4Tbl8,
@@ -423,6 +507,7 @@ func (m *FastdropMaps) Close() error {
 type FastdropVariables struct {
 	FdBtfAnchor    *ebpf.Variable `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.Variable `ebpf:"fd_counter_slots"`
+	FdTestClock    *ebpf.Variable `ebpf:"fd_test_clock"`
 	FdV6Cap        *ebpf.Variable `ebpf:"fd_v6_cap"`
 }
 

@@ -19,6 +19,15 @@ type LpmtrieCounter struct {
 	Bytes   uint64
 }
 
+type LpmtrieFdBan struct {
+	_       structs.HostLayout
+	Until   uint64
+	Since   uint64
+	Dropped uint64
+	Slot    uint32
+	Epoch   uint32
+}
+
 type LpmtrieFdLpm4Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -29,6 +38,21 @@ type LpmtrieFdLpm6Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
 	Addr      [16]uint8
+}
+
+type LpmtrieFdPolice struct {
+	_     structs.HostLayout
+	Tat   uint64
+	Cost  uint64
+	Burst uint64
+	BanNs uint64
+	Slot  uint32
+	Epoch uint32
+	Flags uint8
+	Len4  uint8
+	Len6  uint8
+	Pad   [5]uint8
+	Pad2  [2]uint64
 }
 
 type LpmtrieFdRuleRec struct {
@@ -60,14 +84,29 @@ type LpmtrieFdRuleRec struct {
 	DscpLo     uint8
 	DscpHi     uint8
 	DscpNamed  uint8
+	TypeNamed  uint8
+	Origin     [16]int8
+	LimRate    uint64
+	LimBurst   uint32
+	LimBanMs   uint32
+	LimPolice  uint16
+	LimFlags   uint8
+	LimLen4    uint8
+	LimLen6    uint8
+	LimPad     [3]uint8
 	TypeLo     uint8
 	TypeHi     uint8
-	TypeNamed  uint8
 	CodeLo     uint8
 	CodeHi     uint8
-	Match      [12]uint8
-	Origin     [16]int8
-	Reserved   [16]uint8
+	Reserved   [4]uint8
+}
+
+type LpmtrieFdSrcKey struct {
+	_     structs.HostLayout
+	Id    uint32
+	Epoch uint32
+	Hi    uint64
+	Lo    uint64
 }
 
 type LpmtrieFdV4Sparse struct {
@@ -83,11 +122,15 @@ type LpmtrieFdV4Sparse struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	LpmtrieMapFdBans          = "fd_bans"
 	LpmtrieMapFdCounters      = "fd_counters"
 	LpmtrieMapFdLpm4          = "fd_lpm4"
 	LpmtrieMapFdLpm6          = "fd_lpm6"
 	LpmtrieMapFdLpmVerdicts   = "fd_lpm_verdicts"
 	LpmtrieMapFdMain          = "fd_main"
+	LpmtrieMapFdPolCnt        = "fd_pol_cnt"
+	LpmtrieMapFdPolSrc        = "fd_pol_src"
+	LpmtrieMapFdPolicers      = "fd_policers"
 	LpmtrieMapFdRules         = "fd_rules"
 	LpmtrieMapFdV4Sparse      = "fd_v4_sparse"
 	LpmtrieMapFdV4Tbl8        = "fd_v4_tbl8"
@@ -97,6 +140,7 @@ const (
 	LpmtrieProgXdpLpmBaseline = "xdp_lpm_baseline"
 	LpmtrieVarFdBtfAnchor     = "fd_btf_anchor"
 	LpmtrieVarFdCounterSlots  = "fd_counter_slots"
+	LpmtrieVarFdTestClock     = "fd_test_clock"
 	LpmtrieVarFdV6Cap         = "fd_v6_cap"
 )
 
@@ -149,11 +193,15 @@ type LpmtrieProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LpmtrieMapSpecs struct {
+	FdBans        *ebpf.MapSpec `ebpf:"fd_bans"`
 	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
 	FdLpm4        *ebpf.MapSpec `ebpf:"fd_lpm4"`
 	FdLpm6        *ebpf.MapSpec `ebpf:"fd_lpm6"`
 	FdLpmVerdicts *ebpf.MapSpec `ebpf:"fd_lpm_verdicts"`
 	FdMain        *ebpf.MapSpec `ebpf:"fd_main"`
+	FdPolCnt      *ebpf.MapSpec `ebpf:"fd_pol_cnt"`
+	FdPolSrc      *ebpf.MapSpec `ebpf:"fd_pol_src"`
+	FdPolicers    *ebpf.MapSpec `ebpf:"fd_policers"`
 	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
@@ -168,6 +216,7 @@ type LpmtrieMapSpecs struct {
 type LpmtrieVariableSpecs struct {
 	FdBtfAnchor    *ebpf.VariableSpec `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.VariableSpec `ebpf:"fd_counter_slots"`
+	FdTestClock    *ebpf.VariableSpec `ebpf:"fd_test_clock"`
 	FdV6Cap        *ebpf.VariableSpec `ebpf:"fd_v6_cap"`
 }
 
@@ -191,11 +240,15 @@ func (o *LpmtrieObjects) Close() error {
 //
 // It can be passed to LoadLpmtrieObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LpmtrieMaps struct {
+	FdBans        *ebpf.Map `ebpf:"fd_bans"`
 	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
 	FdLpm4        *ebpf.Map `ebpf:"fd_lpm4"`
 	FdLpm6        *ebpf.Map `ebpf:"fd_lpm6"`
 	FdLpmVerdicts *ebpf.Map `ebpf:"fd_lpm_verdicts"`
 	FdMain        *ebpf.Map `ebpf:"fd_main"`
+	FdPolCnt      *ebpf.Map `ebpf:"fd_pol_cnt"`
+	FdPolSrc      *ebpf.Map `ebpf:"fd_pol_src"`
+	FdPolicers    *ebpf.Map `ebpf:"fd_policers"`
 	FdRules       *ebpf.Map `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
@@ -206,11 +259,15 @@ type LpmtrieMaps struct {
 
 func (m *LpmtrieMaps) Close() error {
 	return _LpmtrieClose(
+		m.FdBans,
 		m.FdCounters,
 		m.FdLpm4,
 		m.FdLpm6,
 		m.FdLpmVerdicts,
 		m.FdMain,
+		m.FdPolCnt,
+		m.FdPolSrc,
+		m.FdPolicers,
 		m.FdRules,
 		m.FdV4Sparse,
 		m.FdV4Tbl8,
@@ -226,6 +283,7 @@ func (m *LpmtrieMaps) Close() error {
 type LpmtrieVariables struct {
 	FdBtfAnchor    *ebpf.Variable `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.Variable `ebpf:"fd_counter_slots"`
+	FdTestClock    *ebpf.Variable `ebpf:"fd_test_clock"`
 	FdV6Cap        *ebpf.Variable `ebpf:"fd_v6_cap"`
 }
 

@@ -29,6 +29,8 @@ type DropCollector struct {
 	packets, bytes           *prometheus.Desc
 	rulePackets, ruleBytes   *prometheus.Desc
 	rules, omitted, scrapeOK *prometheus.Desc
+	// Limit rules: frames and bytes by result (conform, exceed), bans.
+	limitPackets, limitBytes, limitBans *prometheus.Desc
 }
 
 // NewDropCollector returns a collector with no interfaces. maxRuleSeries
@@ -58,6 +60,15 @@ func NewDropCollector(maxRuleSeries int) *DropCollector {
 		omitted: prometheus.NewDesc("xdpdrop_rule_series_omitted",
 			"Rules that matched something but were left out of the per-rule series by the limit.",
 			[]string{"interface"}, nil),
+		limitPackets: prometheus.NewDesc("xdpdrop_limit_packets_total",
+			"Frames a limit rule matched, by result: conform (passed) or exceed (dropped).",
+			[]string{"interface", "rule", "result"}, nil),
+		limitBytes: prometheus.NewDesc("xdpdrop_limit_bytes_total",
+			"Bytes of the frames a limit rule matched, by result: conform or exceed.",
+			[]string{"interface", "rule", "result"}, nil),
+		limitBans: prometheus.NewDesc("xdpdrop_limit_bans_total",
+			"Sources a limit rule banned.",
+			[]string{"interface", "rule"}, nil),
 		scrapeOK: prometheus.NewDesc("xdpdrop_counters_up",
 			"1 if the interface's counters could be read at this scrape, else 0.",
 			[]string{"interface"}, nil),
@@ -77,7 +88,7 @@ func (c *DropCollector) Set(iface string, src DropCounters) {
 
 // Describe implements prometheus.Collector.
 func (c *DropCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.rulePackets, c.ruleBytes, c.rules, c.omitted, c.scrapeOK} {
+	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.rulePackets, c.ruleBytes, c.rules, c.omitted, c.scrapeOK, c.limitPackets, c.limitBytes, c.limitBans} {
 		ch <- d
 	}
 }
@@ -106,7 +117,7 @@ func (c *DropCollector) collectOne(ch chan<- prometheus.Metric, iface string, cs
 	for _, v := range []struct {
 		name string
 		c    fastdrop.Counter
-	}{{"drop", cs.Drop}, {"pass", cs.Pass}, {"malformed", cs.Malformed}, {"default", cs.Default}} {
+	}{{"drop", cs.Drop}, {"pass", cs.Pass}, {"malformed", cs.Malformed}, {"default", cs.Default}, {"banned", cs.Banned}} {
 		ch <- prometheus.MustNewConstMetric(c.packets, prometheus.CounterValue, float64(v.c.Packets), iface, v.name)
 		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(v.c.Bytes), iface, v.name)
 	}
@@ -143,5 +154,15 @@ func (c *DropCollector) collectOne(ch chan<- prometheus.Metric, iface string, cs
 		text, action := r.Rule.String(), r.Rule.Action.String()
 		ch <- prometheus.MustNewConstMetric(c.rulePackets, prometheus.CounterValue, float64(r.Packets), iface, text, action)
 		ch <- prometheus.MustNewConstMetric(c.ruleBytes, prometheus.CounterValue, float64(r.Bytes), iface, text, action)
+		if l := r.Limit; l != nil {
+			for _, x := range []struct {
+				result string
+				c      fastdrop.Counter
+			}{{"conform", l.Conform}, {"exceed", l.Exceed}} {
+				ch <- prometheus.MustNewConstMetric(c.limitPackets, prometheus.CounterValue, float64(x.c.Packets), iface, text, x.result)
+				ch <- prometheus.MustNewConstMetric(c.limitBytes, prometheus.CounterValue, float64(x.c.Bytes), iface, text, x.result)
+			}
+			ch <- prometheus.MustNewConstMetric(c.limitBans, prometheus.CounterValue, float64(l.Bans), iface, text)
+		}
 	}
 }

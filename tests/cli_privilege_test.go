@@ -119,6 +119,17 @@ func TestCLILeastPrivilege(t *testing.T) {
 	require.True(t, ok, r.stdout)
 	require.Equal(t, uint64(100), rule.Packets)
 
+	// Bans: listing and lifting them need no capability either.
+	r = cliCaps(t, capsChange, append([]string{"rules", "add", "--iface", v.Name, "limit 10/s burst 5 per src ban 1m udp dport 9"}, pr...)...)
+	require.Equal(t, 0, r.code, r.stderr)
+	send(t, v, "20", "9")
+	r = cliCaps(t, nil, append([]string{"bans", "--iface", v.Name, "--json"}, pr...)...)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"rule": "limit 10/s burst 5 per src ban 1m udp dport 9"`)
+	r = cliCaps(t, nil, append([]string{"unban", "--iface", v.Name, "all"}, pr...)...)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "lifted the ban of ")
+
 	r = cliCaps(t, nil, append([]string{"status", "--iface", v.Name, "--json"}, pr...)...)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, `"ours": true`)

@@ -9,12 +9,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xdpdrop/xdpdrop/dropctl"
 	"github.com/xdpdrop/xdpdrop/fastdrop"
 	"github.com/xdpdrop/xdpdrop/loader"
 )
 
 // programFastdrop is the Config["program"] value of fast-drop attachments.
-const programFastdrop = "fastdrop"
+const programFastdrop = dropctl.Program
 
 type dropFlags struct {
 	iface, mode, rules, policy, malformed string
@@ -217,22 +218,12 @@ func (a *app) drop(f *dropFlags) error {
 		return err
 	}
 
-	eng, err = fastdrop.New(fastdrop.CapacityFor(rs, 2))
-	if err != nil {
-		return err
-	}
-	defer eng.Close()
-	if err := eng.Apply(rs); err != nil {
-		return err
-	}
-	att, err = loader.Attach(eng.Program(), loader.Options{
+	att, err = dropctl.Attach(rs, loader.Options{
 		Interface: f.iface,
 		Mode:      mode,
 		Pin:       true,
 		PinRoot:   a.pinRoot,
-		Maps:      eng.Maps(),
 		Force:     f.force,
-		Config:    map[string]string{"program": programFastdrop, "requested_mode": mode.String()},
 	})
 	if err != nil {
 		if !f.force && (errors.Is(err, loader.ErrForeign) || errors.Is(err, loader.ErrAlreadyAttached)) {
@@ -290,50 +281,11 @@ func withOtherOrigins(eng *fastdrop.Engine, origin string, rs *fastdrop.RuleSet)
 
 const reloadedNote = "(the rules outgrew the tables the program was loaded with: it was loaded again with bigger ones and swapped in; rule counters start from zero)"
 
-// reloadIfFull passes err on, unless it says the tables the program was
-// loaded with are full (they are sized at load): then it loads the program
-// again for the rule set that set returns (the whole set, every origin's
-// rules) and swaps it in (reloadDrop). The old engine is closed first, so
-// that its copies of the tables (of millions of rules, perhaps) are not
-// held beside the new ones.
+// reloadIfFull is dropctl.ReloadIfFull: err passed on, or the program
+// loaded again for set's rule set (the whole set, every origin's rules)
+// when the tables are full; a running xdpdrop redirect keeps its sockets.
 func reloadIfFull(att *loader.Attachment, old *fastdrop.Engine, err error, set func() (*fastdrop.RuleSet, error)) (reloaded bool, _ error) {
-	if !errors.Is(err, fastdrop.ErrCapacity) {
-		return false, err
-	}
-	rs, err := set()
-	if err == nil {
-		old.Close()
-		err = reloadDrop(att, rs)
-	}
-	return err == nil, err
-}
-
-// reloadDrop loads the drop program anew with tables sized for rs, and
-// replaces the attached one and its pinned maps with it atomically: every
-// packet meets the old program or the new one. The AF_XDP sockets stay:
-// the new program takes over the pinned socket maps (a running xdpdrop
-// redirect keeps its sockets).
-func reloadDrop(att *loader.Attachment, rs *fastdrop.RuleSet) error {
-	opts := fastdrop.CapacityFor(rs, 2)
-	socks, err := fastdrop.PinnedSocketMaps(att.MapsDir())
-	if err != nil {
-		return err
-	}
-	defer func() {
-		for _, m := range socks {
-			m.Close()
-		}
-	}()
-	opts.SocketMaps = socks
-	eng, err := fastdrop.New(opts)
-	if err != nil {
-		return err
-	}
-	defer eng.Close()
-	if err := eng.Apply(rs); err != nil {
-		return err
-	}
-	return att.ReplaceWithMaps(eng.Program(), eng.Maps())
+	return dropctl.ReloadIfFull(att, old, err, set)
 }
 
 func (a *app) printDrop(res dropResult, jsonOut bool) error {
@@ -358,29 +310,12 @@ func (a *app) printDrop(res dropResult, jsonOut bool) error {
 // openDrop reopens the pinned fast-drop attachment of iface and its engine.
 // It wraps loader.ErrNotPinned when nothing of ours is pinned there.
 func (a *app) openDrop(iface string) (*loader.Attachment, *fastdrop.Engine, error) {
-	att, err := loader.Open(iface, a.pinRoot)
-	if err != nil {
-		return nil, nil, err
-	}
-	if p := att.Meta().Config["program"]; p != programFastdrop {
-		att.Close()
-		return nil, nil, fmt.Errorf("%s runs xdpdrop's %q program, not fast drop: detach it first ('xdpdrop detach --iface %s')", iface, p, iface)
-	}
-	eng, err := fastdrop.Open(att.MapsDir())
-	if err != nil {
-		return nil, nil, errors.Join(otherLayoutAdvice(err, iface), att.Close())
-	}
-	return att, eng, nil
+	return dropctl.Open(iface, a.pinRoot)
 }
 
 // otherLayoutAdvice names the commands that replace pins of another
 // version of xdpdrop (fastdrop.ErrOtherLayout).
-func otherLayoutAdvice(err error, iface string) error {
-	if !errors.Is(err, fastdrop.ErrOtherLayout) {
-		return err
-	}
-	return fmt.Errorf("%w: xdpdrop detach --iface %s; xdpdrop drop --iface %s --rules FILE", err, iface, iface)
-}
+func otherLayoutAdvice(err error, iface string) error { return dropctl.OtherLayoutAdvice(err, iface) }
 
 // dropRuleCount returns the number of rules of the fast drop attached to
 // iface, without reading the rules (see fastdrop.RuleCount).

@@ -23,6 +23,8 @@ var hintSources = []string{
 	".",
 	"../../loader",
 	"../../fastdrop",
+	"../../dropctl",
+	"../../agent",
 	"../../xsk",
 	"../../metrics",
 	"../../benchmark",
@@ -36,7 +38,7 @@ var hintSources = []string{
 // program") rather than in a command line.
 var proseAfterName = map[string]bool{
 	"program": true, "programs": true, "metadata": true, "drops": true,
-	"does": true, "from": true, "attached": true, "command": true,
+	"does": true, "from": true, "attached": true, "command": true, "has": true,
 }
 
 // literal is one string literal of the sources.
@@ -235,6 +237,8 @@ var identSources = []string{
 	".",
 	"../../loader",
 	"../../fastdrop",
+	"../../dropctl",
+	"../../agent",
 	"../../xsk",
 	"../../benchmark",
 	"../../pktgen",
@@ -246,8 +250,9 @@ var identSources = []string{
 }
 
 // plainWords are identifiers that are also units or words in output:
-// CPUs is a plural, EtherType the Ethernet field's name in IEEE 802.3.
-var plainWords = map[string]bool{"Mpps": true, "CPUs": true, "EtherType": true}
+// CPUs is a plural, EtherType the Ethernet field's name in IEEE 802.3,
+// FlowSpec the BGP family of RFC 8955.
+var plainWords = map[string]bool{"Mpps": true, "CPUs": true, "EtherType": true, "FlowSpec": true}
 
 // TestErrorsNameNoGoIdentifiers: text that reaches the CLI names no Go
 // identifiers of the packages (CleanStale, DetachInterface, set Force,

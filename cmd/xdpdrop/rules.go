@@ -69,7 +69,7 @@ func quoteClipped(s string) string {
 // ruleChangeCmd makes `rules add` and `rules del`: parse the arguments as
 // rules, open the interface's engine, apply change, say what was done. If
 // the change outgrows the tables the program was loaded with and grows is
-// set, the program is loaded again with the whole new set (see reloadDrop).
+// set, the program is loaded again with the whole new set (see dropctl.Reload).
 func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engine, ...fastdrop.Rule) error, grows bool) *cobra.Command {
 	var iface, origin string
 	var lockTimeout time.Duration
@@ -285,6 +285,8 @@ type ruleRow struct {
 	Origin  string `json:"origin"` // drop, redirect, or another source's name
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
+	// Limit rules: what conformed (passed) and exceeded (dropped).
+	Limit *fastdrop.LimitCounter `json:"limit,omitempty"`
 }
 
 // ruleListing is the JSON shape of `rules list --json`.
@@ -302,7 +304,7 @@ func ruleRows(c *fastdrop.Counters) []ruleRow {
 		if rc.Rule.IsPrefixOnly() {
 			kind = "prefix"
 		}
-		rows[i] = ruleRow{Index: rc.Index, Rule: rc.Rule.String(), Kind: kind, Origin: fastdrop.OriginName(rc.Rule.Origin), Packets: rc.Packets, Bytes: rc.Bytes}
+		rows[i] = ruleRow{Index: rc.Index, Rule: rc.Rule.String(), Kind: kind, Origin: fastdrop.OriginName(rc.Rule.Origin), Packets: rc.Packets, Bytes: rc.Bytes, Limit: rc.Limit}
 	}
 	return rows
 }

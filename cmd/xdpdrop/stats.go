@@ -289,6 +289,7 @@ func (s dropSource) sample() (*ifaceStats, error) {
 			{Verdict: "redirect", Packets: c.Redirect.Packets, Bytes: c.Redirect.Bytes},
 			{Verdict: "malformed", Packets: c.Malformed.Packets, Bytes: c.Malformed.Bytes},
 			{Verdict: "default", Packets: c.Default.Packets, Bytes: c.Default.Bytes},
+			{Verdict: "banned", Packets: c.Banned.Packets, Bytes: c.Banned.Bytes},
 		},
 	}
 	// What the redirect rules chose, by rx queue (xdpdrop redirect's).
@@ -409,7 +410,27 @@ func printStats(w io.Writer, st *ifaceStats, watch bool, top int) {
 	if hidden > 0 {
 		fmt.Fprintf(w, "  (%d more rules not shown: no matches or beyond --top)\n", hidden)
 	}
+	printLimitStats(w, rules)
 	fmt.Fprintln(w)
+}
+
+// printLimitStats shows what the limit rules among rules let through and
+// dropped, and the bans they made.
+func printLimitStats(w io.Writer, rules []ruleRate) {
+	var tw = table(w)
+	n := 0
+	for _, r := range rules {
+		l := r.Limit
+		if l == nil {
+			continue
+		}
+		if n == 0 {
+			fmt.Fprintln(tw, "  #\tLIMIT RULE\tCONFORM\tEXCEED\tCONFORM BYTES\tEXCEED BYTES\tBANS\t")
+		}
+		n++
+		fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%d\t%d\t%d\t\n", r.Index+1, r.Rule, l.Conform.Packets, l.Exceed.Packets, l.Conform.Bytes, l.Exceed.Bytes, l.Bans)
+	}
+	tw.Flush()
 }
 
 func printQueueStats(w io.Writer, st *ifaceStats, watch bool) {

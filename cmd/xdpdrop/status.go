@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xdpdrop/xdpdrop/agent"
 	"github.com/xdpdrop/xdpdrop/loader"
 )
 
@@ -15,10 +16,13 @@ import (
 type statusRow struct {
 	loader.IfaceStatus
 	Rules *int `json:"rules,omitempty"`
+	// Agent: the state of xdpdrop agent for an interface it filters (read
+	// from its status file, see --agent-status).
+	Agent *agentRow `json:"agent,omitempty"`
 }
 
 func (a *app) statusCmd() *cobra.Command {
-	var iface string
+	var iface, agentStatus string
 	var jsonOut, all, clean bool
 	var lockTimeout time.Duration
 	cmd := &cobra.Command{
@@ -27,10 +31,18 @@ func (a *app) statusCmd() *cobra.Command {
 		Long: `status lists the XDP programs attached to every interface (or one): mode,
 program id, name and tag, whether xdpdrop attached it, whether it is pinned,
 and for fast drop the number of rules. Pins left behind by interfaces that no
-longer exist are shown as stale; --clean removes them.`,
+longer exist are shown as stale; --clean removes them.
+
+Where xdpdrop agent runs, status also shows its state: for each of its
+interfaces the rules in force by origin (rule files, BGP), rule files that
+failed to load, and its BGP sessions per neighbour with the routes
+received, accepted, refused and stale. It reads them from the status file
+the agent writes (status.file in its config): --agent-status, by default
+/run/xdpdrop/agent.json, where the systemd unit and the DaemonSet have it.`,
 		Example: `  xdpdrop status
   xdpdrop status --iface eth3 --json
-  xdpdrop status --clean`,
+  xdpdrop status --clean
+  xdpdrop status --agent-status /run/xdpdrop/agent.json --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if clean {
@@ -45,16 +57,20 @@ longer exist are shown as stale; --clean removes them.`,
 					return err
 				}
 			}
+			ag, err := readAgentStatus(agentStatus, cmd.Flags().Changed("agent-status"))
+			if err != nil {
+				return err
+			}
 			sts, err := loader.Status(iface, a.pinRoot)
 			if err != nil {
 				return err
 			}
 			rows := make([]statusRow, 0, len(sts))
 			for _, st := range sts {
-				if len(st.Programs) == 0 && st.PinDir == "" && !all && iface == "" {
+				if len(st.Programs) == 0 && st.PinDir == "" && !all && iface == "" && !ag.has(st.Interface) {
 					continue // nothing to say about this interface
 				}
-				row := statusRow{IfaceStatus: st}
+				row := statusRow{IfaceStatus: st, Agent: ag.row(st.Interface)}
 				if st.PinDir != "" && !st.Stale && ours(st, programFastdrop) {
 					if n, err := a.dropRuleCount(st.Interface); err == nil {
 						row.Rules = &n
@@ -67,7 +83,7 @@ longer exist are shown as stale; --clean removes them.`,
 			}
 			if len(rows) == 0 {
 				fmt.Fprintln(a.stdout, "no XDP programs attached")
-				return nil
+				return ag.print(a.stdout, iface)
 			}
 			tw := table(a.stdout)
 			fmt.Fprintln(tw, "INTERFACE\tMODE\tPROGRAM\tID\tTAG\tOURS\tPINNED\tRULES\tDETAILS")
@@ -84,13 +100,18 @@ longer exist are shown as stale; --clean removes them.`,
 						yesNo(p.Ours), yesNo(p.Pinned), rules, details(r, &p))
 				}
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			return ag.print(a.stdout, iface)
 		},
 	}
 	cmd.Flags().StringVar(&iface, "iface", "", "only this interface")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print as JSON")
 	cmd.Flags().BoolVar(&all, "all", false, "list interfaces without XDP programs too")
 	cmd.Flags().BoolVar(&clean, "clean", false, "remove stale pins first")
+	cmd.Flags().StringVar(&agentStatus, "agent-status", agent.DefaultStatusFile,
+		"the status file of xdpdrop agent (its status.file) to show the agent's state from; \"\" for none")
 	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", loader.DefaultLockTimeout,
 		"with --clean: how long to wait for another xdpdrop command that is changing an interface")
 	return cmd

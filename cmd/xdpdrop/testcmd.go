@@ -83,7 +83,13 @@ headers is skipped, since its verdict cannot be known. The summary says how
 many frames were cut. Frames of a pcapng interface that is not Ethernet are
 skipped and named. A frame shorter than an Ethernet header is malformed, as
 docs/RULES.md says; jumbo frames are judged whole, as the attached program
-judges them.`,
+judges them.
+
+Limit rules are evaluated against the capture's own clock: the program's
+clock is set to each frame's timestamp (relative to the first frame's)
+before the frame runs, so the verdicts show which frames of the capture a
+limit would have passed and which it would have dropped, and which
+sources it would have banned. Every bucket starts full at the first frame.`,
 		Example: `  xdpdrop test --rules attack.rules --pcap yesterday.pcap
   xdpdrop test --rules attack.rules --pcap big.pcapng --summary
   xdpdrop test --rules attack.rules --pcap sample.pcap --json | jq '.summary'`,
@@ -216,6 +222,9 @@ func (a *app) test(rulesPath, capture string, jsonOut, summaryOnly bool) error {
 			fr.Captured = len(rec.data)
 		}
 		var res fastdrop.Result
+		if err := tester.SetTime(rec.ts); err != nil {
+			return err
+		}
 		switch {
 		case rec.link != "":
 			err = errors.New("not Ethernet: " + rec.link)
@@ -323,6 +332,8 @@ func className(c fastdrop.ResultClass) string {
 		return "prefix"
 	case fastdrop.ClassDefault:
 		return "default"
+	case fastdrop.ClassBan:
+		return "ban"
 	}
 	return "unknown"
 }

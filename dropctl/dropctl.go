@@ -1,0 +1,137 @@
+package dropctl
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/xdpdrop/xdpdrop/fastdrop"
+	"github.com/xdpdrop/xdpdrop/loader"
+)
+
+// Program is the Config["program"] of fast-drop attachments: what tells
+// them apart from xdpdrop's other programs.
+const Program = "fastdrop"
+
+// headroom is how many times the rules of the set a program is loaded
+// for its tables have room for, so that rules added later fit without a
+// reload.
+const headroom = 2
+
+// Open reopens the pinned fast-drop attachment of iface under pinRoot and
+// its engine. It wraps loader.ErrNotPinned when nothing of xdpdrop's is
+// pinned there, and loader.ErrStale for pins of an interface that went
+// away (loader.RemoveStalePins removes them).
+func Open(iface, pinRoot string) (*loader.Attachment, *fastdrop.Engine, error) {
+	att, err := OpenAttachment(iface, pinRoot)
+	if err != nil {
+		return nil, nil, err
+	}
+	eng, err := OpenEngine(att)
+	if err != nil {
+		return nil, nil, errors.Join(err, att.Close())
+	}
+	return att, eng, nil
+}
+
+// OpenAttachment is the attachment half of Open: the pins, checked to be
+// fast drop's, without the engine.
+func OpenAttachment(iface, pinRoot string) (*loader.Attachment, error) {
+	att, err := loader.Open(iface, pinRoot)
+	if err != nil {
+		return nil, err
+	}
+	if p := att.Meta().Config["program"]; p != Program {
+		att.Close()
+		return nil, fmt.Errorf("%s runs xdpdrop's %q program, not fast drop: detach it first ('xdpdrop detach --iface %s')", iface, p, iface)
+	}
+	return att, nil
+}
+
+// OpenEngine opens the engine of a fast-drop attachment's pinned maps.
+func OpenEngine(att *loader.Attachment) (*fastdrop.Engine, error) {
+	eng, err := fastdrop.Open(att.MapsDir())
+	if err != nil {
+		return nil, OtherLayoutAdvice(err, att.Interface())
+	}
+	return eng, nil
+}
+
+// OtherLayoutAdvice names the commands that replace pins of another
+// version of xdpdrop (fastdrop.ErrOtherLayout); other errors pass as
+// they are.
+func OtherLayoutAdvice(err error, iface string) error {
+	if !errors.Is(err, fastdrop.ErrOtherLayout) {
+		return err
+	}
+	return fmt.Errorf("%w: xdpdrop detach --iface %s; xdpdrop drop --iface %s --rules FILE", err, iface, iface)
+}
+
+// ReloadIfFull passes err (of a change through old) on, unless it says the
+// tables the program was loaded with are full (they are sized at load):
+// then it loads the program again for the rule set that set returns (the
+// whole set) and swaps it in (Reload). The old engine is closed first, so
+// that its copies of the tables (of millions of rules, perhaps) are not
+// held beside the new ones.
+func ReloadIfFull(att *loader.Attachment, old *fastdrop.Engine, err error, set func() (*fastdrop.RuleSet, error)) (reloaded bool, _ error) {
+	if !errors.Is(err, fastdrop.ErrCapacity) {
+		return false, err
+	}
+	rs, err := set()
+	if err == nil {
+		old.Close()
+		err = Reload(att, rs)
+	}
+	return err == nil, err
+}
+
+// Reload loads the fast-drop program anew with tables sized for rs, and
+// replaces the attached one and its pinned maps with it atomically: every
+// packet meets the old program or the new one. The AF_XDP sockets stay:
+// the new program takes over the pinned socket maps (a running xdpdrop
+// redirect keeps its sockets).
+func Reload(att *loader.Attachment, rs *fastdrop.RuleSet) error {
+	opts := fastdrop.CapacityFor(rs, headroom)
+	socks, err := fastdrop.PinnedSocketMaps(att.MapsDir())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, m := range socks {
+			m.Close()
+		}
+	}()
+	opts.SocketMaps = socks
+	eng, err := fastdrop.New(opts)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	if err := eng.Apply(rs); err != nil {
+		return err
+	}
+	return att.ReplaceWithMaps(eng.Program(), eng.Maps())
+}
+
+// Attach loads the fast-drop program with tables sized for rs, puts rs in
+// force and attaches it as opts say (opts.Maps is set here; opts.Config
+// gets "program" and "requested_mode"). The engine is closed on return:
+// the pins hold the program and its maps.
+func Attach(rs *fastdrop.RuleSet, opts loader.Options) (*loader.Attachment, error) {
+	eng, err := fastdrop.New(fastdrop.CapacityFor(rs, headroom))
+	if err != nil {
+		return nil, err
+	}
+	defer eng.Close()
+	if err := eng.Apply(rs); err != nil {
+		return nil, err
+	}
+	opts.Maps = eng.Maps()
+	opts.Config = maps.Clone(opts.Config)
+	if opts.Config == nil {
+		opts.Config = map[string]string{}
+	}
+	opts.Config["program"] = Program
+	opts.Config["requested_mode"] = opts.Mode.String()
+	return loader.Attach(eng.Program(), opts)
+}

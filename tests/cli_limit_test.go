@@ -1,0 +1,139 @@
+package tests
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+type jsonLimitRule struct {
+	Rule  string `json:"rule"`
+	Limit *struct {
+		Conform struct{ Packets uint64 } `json:"conform"`
+		Exceed  struct{ Packets uint64 } `json:"exceed"`
+		Bans    uint64                   `json:"bans"`
+	} `json:"limit"`
+}
+
+func limitStats(t *testing.T, iface, rule string) jsonLimitRule {
+	t.Helper()
+	r := cli(t, "stats", "--iface", iface, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var s struct {
+		Rules []jsonLimitRule `json:"rules"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &s), r.stdout)
+	for _, x := range s.Rules {
+		if x.Rule == rule {
+			require.NotNil(t, x.Limit, "limit counters of %q", rule)
+			return x
+		}
+	}
+	t.Fatalf("no rule %q in %s", rule, r.stdout)
+	return jsonLimitRule{}
+}
+
+// TestCLILimitFlood: a flood far above an aggregate limit on a veth gets
+// about the limit through, and stats shows what conformed and exceeded.
+func TestCLILimitFlood(t *testing.T) {
+	v := sandboxForCLI(t)
+	const rule = "limit 2000/s burst 100 udp dport 9"
+	r := cli(t, "drop", "--iface", v.Name, "--rules", writeRules(t, rule+"\n"))
+	require.Equal(t, 0, r.code, r.stderr)
+
+	start := time.Now()
+	g := cli(t, "gen", "--netns", v.NSName, "--iface", v.PeerName, "--duration", "2s", "--dport", "9", "--quiet", "--json")
+	require.Equal(t, 0, g.code, g.stderr)
+	took := time.Since(start).Seconds()
+
+	l := limitStats(t, v.Name, rule)
+	conform, exceed := l.Limit.Conform.Packets, l.Limit.Exceed.Packets
+	t.Logf("%d conformed, %d exceeded in about %.1fs", conform, exceed, took)
+	require.Greater(t, exceed, 10*conform, "the flood is more than 10x the limit")
+	// 2 s of sending at 2000/s plus the burst; the sender starts and stops
+	// within the time gen took.
+	require.GreaterOrEqual(t, conform, uint64(0.9*2*2000), "at least the limit for the 2 s sent")
+	require.LessOrEqual(t, conform, uint64(1.1*2000*took)+100, "at most the limit for the time gen ran, plus the burst")
+
+	// The text shows the limit table.
+	r = cli(t, "stats", "--iface", v.Name)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "LIMIT RULE")
+	require.Contains(t, r.stdout, rule)
+}
+
+// TestCLIBans: a source over a per-source limit with ban is banned (bans
+// lists it, with --json too), its other traffic is dropped, unban lifts
+// it, and rules replace keeps bans.
+func TestCLIBans(t *testing.T) {
+	v := sandboxForCLI(t)
+	const rule = "limit 100/s burst 10 per src ban 1m udp dport 9" // canonical: ban 60s prints as 1m
+	r := cli(t, "drop", "--iface", v.Name, "--rules", writeRules(t, rule+"\npass udp\n"))
+	require.Equal(t, 0, r.code, r.stderr)
+
+	r = cli(t, "bans", "--iface", v.Name)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "no bans on "+v.Name)
+
+	send(t, v, "200", "9")
+	l := limitStats(t, v.Name, rule)
+	require.Equal(t, uint64(1), l.Limit.Bans, "one source banned")
+	require.Equal(t, uint64(10), l.Limit.Conform.Packets, "the burst passed before the ban")
+
+	// The rest of the flood was dropped by the ban, before the rules; and
+	// so is its other traffic (which pass udp would pass).
+	require.Equal(t, uint64(200-11), statsJSON(t, v.Name).verdict("banned"), "the flood after the ban")
+	send(t, v, "50", "53")
+	require.Equal(t, uint64(200-11+50), statsJSON(t, v.Name).verdict("banned"), "dport 53 frames dropped by the ban")
+
+	var bans struct {
+		Interface string `json:"interface"`
+		Bans      []struct {
+			Source  string  `json:"source"`
+			Rule    string  `json:"rule"`
+			Left    float64 `json:"left_seconds"`
+			Dropped uint64  `json:"dropped"`
+		} `json:"bans"`
+	}
+	r = cli(t, "bans", "--iface", v.Name, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &bans), r.stdout)
+	require.Len(t, bans.Bans, 1, r.stdout)
+	b := bans.Bans[0]
+	require.True(t, strings.HasSuffix(b.Source, "/32"), b.Source)
+	require.Equal(t, rule, b.Rule)
+	require.InDelta(t, 60, b.Left, 10)
+	require.Equal(t, uint64(200-11+50), b.Dropped)
+
+	r = cli(t, "bans", "--iface", v.Name)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, b.Source)
+	require.Contains(t, r.stdout, "SOURCE")
+
+	// rules replace keeps the ban.
+	r = cli(t, "rules", "replace", "--iface", v.Name, "--rules", writeRules(t, "pass udp\n"))
+	require.Equal(t, 0, r.code, r.stderr)
+	r = cli(t, "bans", "--iface", v.Name, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, b.Source)
+	require.Contains(t, r.stdout, `"rule": ""`, "its rule is gone")
+
+	// unban lifts it; a second unban lifts nothing and says so.
+	r = cli(t, "unban", "--iface", v.Name, "all", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"lifted": [`)
+	require.Contains(t, r.stdout, b.Source)
+	r = cli(t, "unban", "--iface", v.Name, strings.TrimSuffix(b.Source, "/32"))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "nothing lifted")
+	send(t, v, "20", "53")
+	require.Equal(t, uint64(200-11+50), statsJSON(t, v.Name).verdict("banned"), "no more ban drops")
+
+	// Bad input: a usage error.
+	r = cli(t, "unban", "--iface", v.Name, "not-an-address")
+	require.Equal(t, 2, r.code, r.stderr)
+	require.Contains(t, r.stderr, "not an IPv4 or IPv6 address")
+}
