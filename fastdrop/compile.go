@@ -268,8 +268,9 @@ const (
 	recDSCP      = 76 // dscp_lo, dscp_hi, dscp_named
 	recTypeNamed = 79
 	recOrigin    = 80
-	recType      = 120 // type_lo, type_hi
-	recCode      = 122 // code_lo, code_hi
+	recSample    = 120 // u32, the sample modifier's N
+	recType      = 124 // type_lo, type_hi
+	recCode      = 126 // code_lo, code_hi
 	originLen    = int(gen.FastdropFdLayoutFD_ORIGIN_LEN)
 )
 
@@ -299,6 +300,7 @@ func encodeRecord(b []byte, r *Rule, order, added, removed uint32) {
 	le.PutUint32(b[recOrder:], order)
 	le.PutUint32(b[recAdded:], added)
 	le.PutUint32(b[recRemoved:], removed)
+	le.PutUint32(b[recSample:], r.Sample)
 }
 
 // decodeRecord reads a record; ok is false for a free slot.
@@ -327,6 +329,7 @@ func decodeRecordInto(b []byte, r *Rule) (order uint32) {
 	if o := b[recOrigin : recOrigin+originLen]; o[0] != 0 {
 		r.Origin = internOrigin(o)
 	}
+	r.Sample = le.Uint32(b[recSample:])
 	return le.Uint32(b[recOrder:])
 }
 

@@ -257,6 +257,8 @@ var mapNames = []string{
 	gen.FastdropMapFdRules,
 	gen.FastdropMapFdXsks, gen.FastdropMapFdXskCounters,
 	gen.FastdropMapFdPolicers, gen.FastdropMapFdPolCnt, gen.FastdropMapFdPolSrc, gen.FastdropMapFdBans,
+	// Captures (package capture): per-CPU counts and each capture's ring.
+	gen.FastdropMapFdCapCpu, gen.FastdropMapFdCapRings, gen.FastdropMapFdCapSamples,
 }
 
 // socketMaps are the maps of the AF_XDP sockets (sockets.go), which a
@@ -305,6 +307,7 @@ type Engine struct {
 	nextSlot   uint32
 	ncompound  int
 	maxOrder   uint32 // the largest order a record holds
+	nsampled   int    // rules with a sample modifier
 
 	v4      *v4Table
 	v6      *v6Table
@@ -368,6 +371,7 @@ func New(opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdTestClock, err)
 		}
 	}
+	spec.Maps[gen.FastdropMapFdCapCpu].MaxEntries = uint32(ncpu)
 	if err := spec.Variables[gen.FastdropVarFdCounterSlots].Set(uint32(nslots)); err != nil {
 		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdCounterSlots, err)
 	}
@@ -851,7 +855,7 @@ func sameRule(a, b *Rule) bool {
 		return false
 	}
 	if a.IsPrefixOnly() || b.IsPrefixOnly() {
-		return a.IsPrefixOnly() && b.IsPrefixOnly() && a.Src == b.Src && a.Action == b.Action
+		return a.IsPrefixOnly() && b.IsPrefixOnly() && a.Src == b.Src && a.Action == b.Action && a.Sample == b.Sample
 	}
 	return a.String() == b.String()
 }
@@ -895,6 +899,18 @@ func (e *Engine) planApply(rules []Rule, policy, malformed Action) *plan {
 			prefixOrigin[e.slots[i]] = e.rules[i].Origin
 		}
 	}
+	// A prefix rule is found by its prefix and action, which do not
+	// say its sample modifier: one whose modifier changed is a new rule
+	// (its record, which the program reads, is written afresh).
+	var sampleOf map[uint32]uint32
+	for i := range e.rules {
+		if e.rules[i].Sample != 0 && e.rules[i].IsPrefixOnly() {
+			if sampleOf == nil {
+				sampleOf = make(map[uint32]uint32)
+			}
+			sampleOf[e.slots[i]] = e.rules[i].Sample
+		}
+	}
 	for i := range rules {
 		var s uint32
 		var ok bool
@@ -903,6 +919,7 @@ func (e *Engine) planApply(rules []Rule, policy, malformed Action) *plan {
 		} else if rules[i].Src.IsValid() {
 			s, ok = e.prefixIndex().get(slotKeyOf(rules[i].Src, rules[i].Action))
 			ok = ok && prefixOrigin[s] == rules[i].Origin
+			ok = ok && sampleOf[s] == rules[i].Sample
 		}
 		if ok && !kept[s] {
 			p.slots[i] = s
@@ -1198,6 +1215,12 @@ func (e *Engine) loadLocked() error {
 		rules, slots, orders = r2, s2, o2
 	}
 	e.rules, e.slots = rules, slots
+	e.nsampled = 0
+	for i := range rules {
+		if rules[i].Sample != 0 {
+			e.nsampled++
+		}
+	}
 	for i, s := range slots {
 		e.orderOf[s] = orders[i]
 		e.maxOrder = max(e.maxOrder, orders[i])
@@ -1383,6 +1406,16 @@ func (e *Engine) commitLocked(p *plan) error {
 			e.textSlot[k] = p.slots[i]
 		}
 	}
+	for _, i := range p.added {
+		if p.rules[i].Sample != 0 {
+			e.nsampled++
+		}
+	}
+	for _, i := range p.removed {
+		if old.rules[i].Sample != 0 {
+			e.nsampled--
+		}
+	}
 	e.rules, e.slots = p.rules, p.slots
 	e.policy, e.malformed = p.policy, p.malformed
 	e.free, e.nextSlot = free, nextSlot
@@ -1394,8 +1427,12 @@ func (e *Engine) commitLocked(p *plan) error {
 		if rerr := e.loadLocked(); rerr != nil {
 			return errors.Join(fmt.Errorf("fastdrop: %w", err), rerr)
 		}
+		e.mem.active.setRuleSamples(e.nsampled > 0)
 		return fmt.Errorf("fastdrop: %w", err)
 	}
+	// After the flip: the records of the new set, which the program reads
+	// for their sample modifiers, are written.
+	e.mem.active.setRuleSamples(e.nsampled > 0)
 	return nil
 }
 
