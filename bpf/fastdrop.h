@@ -55,7 +55,10 @@ enum fd_field {
 	FD_FLD_TTL = 8,
 	FD_FLD_FLAGS = 9,
 	FD_FLD_QUEUE = 10,
-	FD_FLD_MAX = 11,
+	FD_FLD_DSCP = 11,
+	FD_FLD_TYPE = 12,
+	FD_FLD_CODE = 13,
+	FD_FLD_MAX = 14,
 };
 
 /* The direct fields: compound-rule fields whose value in a frame (8 or 16
@@ -83,8 +86,11 @@ enum fd_field {
 	X(DPORT, dport, 16, FRONT)     \
 	X(PROTO, proto, 8, FRONT)      \
 	X(TTL, ttl, 8, IP)             \
-	X(FLAGS, tcpflags, 8, PORTS)    \
-	X(QUEUE, queue, 9, ANY)
+	X(FLAGS, tcpflags, 8, PORTS)   \
+	X(QUEUE, queue, 9, ANY)        \
+	X(DSCP, dscp, 6, IP)           \
+	X(TYPE, icmp_type, 8, IP)      \
+	X(CODE, icmp_code, 8, IP)
 
 /* The direct tables' offsets: each table's first entry, then its last
  * (FD_DIR_<NAME>_END), so that the next starts right after it; FD_DIR_END
@@ -110,7 +116,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 6,
+	FD_LAYOUT_VERSION = 8,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 128,    /* struct fd_rule_rec */
@@ -424,9 +430,12 @@ struct fd_rule_rec {
 	__u8 tcp_exact; /* flags: 1 for ==, the byte is exactly tcp_set */
 	__u16 queue_lo;
 	__u16 queue_hi;
-	/* Room for the values of match fields to come (FlowSpec's, issue
-	 * 20): match fields take their bytes from here. */
-	__u8 match[4];
+	/* The match fields' bytes (FlowSpec's, issue 20): dscp here,
+	 * ICMP type and code after the limit parameters. */
+	__u8 dscp_lo;
+	__u8 dscp_hi;
+	__u8 dscp_named; /* 1: written by name (ef, af11, cs1, ...) */
+	__u8 type_named; /* 1: type written by name (echo-request, ...) */
 	/* Where the rule came from (fastdrop.Rule.Origin): a name of at most
 	 * FD_ORIGIN_LEN bytes, NUL-padded; all NUL for the default origin. */
 	char origin[FD_ORIGIN_LEN];
@@ -445,9 +454,12 @@ struct fd_rule_rec {
 	 * reads but for limit rules', and only while cap_active has
 	 * FD_CAP_RULES. */
 	__u32 sample;
-	/* A record of 128 bytes has no more room than this: the next
-	 * feature grows FD_REC_SIZE. */
-	__u8 reserved[4];
+	__u8 type_lo; /* ICMP / ICMPv6 type */
+	__u8 type_hi;
+	__u8 code_lo;
+	__u8 code_hi;
+	/* A record of 128 bytes has no more room: the next feature (or
+	 * match field) grows FD_REC_SIZE. */
 };
 
 _Static_assert(sizeof(struct fd_rule_rec) == FD_REC_SIZE, "fd_rule_rec size");
@@ -523,6 +535,9 @@ enum fd_rec_flags {
 	FD_REC_TTL = 64,
 	FD_REC_FLAGS = 128,
 	FD_REC_QUEUE = 256,
+	FD_REC_DSCP = 512,
+	FD_REC_TYPE = 1024,
+	FD_REC_CODE = 2048,
 };
 
 /* What xdp_fastdrop_trace prepends to the frame in a test run. */
@@ -547,6 +562,9 @@ struct fd_pkt {
 	__u8 proto;
 	__u8 ttl;      /* IPv4 TTL, IPv6 hop limit */
 	__u8 tcpflags; /* TCP header byte 13 (CWR ... FIN), when has_ports; 0 for UDP */
+	__u8 dscp;     /* the top 6 bits of the IPv4 TOS / IPv6 traffic class */
+	__u8 icmp_type; /* ICMP or ICMPv6 (first fragments), else 0 */
+	__u8 icmp_code;
 	__u8 nonfirst; /* a fragment with offset != 0 */
 	__u8 has_ports;
 	__u8 kind; /* family (0, 4 or 8) | nonfirst << 1 | has_ports */
@@ -1386,6 +1404,18 @@ static __always_inline int fd_ports(struct fd_pkt *p, void *pos, void *data_end)
 	return 0;
 }
 
+/* fd_icmp reads the type and code of a first ICMP or ICMPv6 fragment at
+ * pos and adds them to p; -1 if its first 4 bytes (type, code, checksum)
+ * are cut short. */
+static __always_inline int fd_icmp(struct fd_pkt *p, void *pos, void *data_end)
+{
+	if (pos + 4 > data_end)
+		return -1;
+	p->icmp_type = ((__u8 *)pos)[0];
+	p->icmp_code = ((__u8 *)pos)[1];
+	return 0;
+}
+
 /* What fd_decide needs besides the frame. */
 struct fd_env {
 	const struct fd_half *h;
@@ -1441,6 +1471,8 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	p.sport = 0;
 	p.dport = 0;
 	p.tcpflags = 0;
+	p.icmp_type = 0;
+	p.icmp_code = 0;
 	p.queue = ctx->rx_queue_index < FD_QUEUES ? ctx->rx_queue_index : FD_QUEUES;
 
 	if (et == ETH_P_IP) {
@@ -1452,6 +1484,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		p.family = 4;
 		p.proto = proto;
 		p.ttl = iph->ttl;
+		p.dscp = iph->tos >> 2;
 		p.src4 = bpf_ntohl(iph->saddr);
 		p.dst4 = bpf_ntohl(iph->daddr);
 		if (iph->frag_off & bpf_htons(0x1fff)) {
@@ -1465,6 +1498,9 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 				return fd_malformed(len, decide, arg);
 			return decide(arg, &p);
 		}
+		if ((proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6) &&
+		    fd_icmp(&p, nh.pos, data_end) < 0)
+			return fd_malformed(len, decide, arg);
 		return decide(arg, &p);
 	}
 	if (et == ETH_P_IPV6) {
@@ -1474,6 +1510,8 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		if (proto < 0)
 			return fd_malformed(len, decide, arg);
 		p.ttl = ip6h->hop_limit;
+		/* Traffic class: the 8 bits after the version. */
+		p.dscp = (bpf_ntohl(*(__be32 *)ip6h) >> 22) & 0x3f;
 		__builtin_memcpy(p.src6, &ip6h->saddr, 16);
 		__builtin_memcpy(p.dst6, &ip6h->daddr, 16);
 		proto = skip_ip6hdrext(&nh, data_end, proto, &p.nonfirst);
@@ -1493,6 +1531,9 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 				return fd_malformed(len, decide, arg);
 			return decide(arg, &p);
 		}
+		if ((proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6) &&
+		    fd_icmp(&p, nh.pos, data_end) < 0)
+			return fd_malformed(len, decide, arg);
 		return decide(arg, &p);
 	}
 	/* Not IP: nothing says how long the frame is but the frame. */
@@ -1501,6 +1542,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	p.kind = 0;
 	p.proto = 0;
 	p.ttl = 0;
+	p.dscp = 0;
 	p.src4 = 0;
 	p.dst4 = 0;
 	return decide(arg, &p);

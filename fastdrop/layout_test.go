@@ -22,6 +22,8 @@ var layoutFingerprints = map[uint32]string{
 	4: "b7b0562abe2e616f", // queue field, rule origins, late rules, AF_XDP sockets
 	5: "931fce7e2bc24f10", // limit rules: fd_police, bans; their parameters in the record
 	6: "0e46039f9a968cd9", // capture slots in fd_main, fd_cap_cpu; the sample modifier
+	// 7 was h/fields' limit rules with dscp, type and code before it merged main's 6: never released.
+	8: "b33142254a5f7854", // the sample modifier with dscp, icmp type and code
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

@@ -112,6 +112,9 @@ type Rule struct {
 	Fragment  bool       // matches only non-first IP fragments (fragment offset != 0)
 	TTL       *ByteRange // nil = any; the IPv4 TTL or IPv6 hop limit
 	TCPFlags  *TCPFlags  // nil = any; needs HasProto with Proto 6 (tcp)
+	DSCP      *DSCPRange // nil = any; the IPv4 TOS / IPv6 traffic class >> 2
+	ICMPType  *ICMPType  // nil = any; needs HasProto with Proto 1 (icmp) or 58 (icmpv6)
+	ICMPCode  *ByteRange // nil = any; as ICMPType
 	// Queue matches the rx queue the frame arrived on, Lo to Hi (0 to
 	// MaxQueue); nil = any.
 	Queue *PortRange

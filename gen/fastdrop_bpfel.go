@@ -163,7 +163,13 @@ const (
 	FastdropFdDirectFD_DIR_FLAGS_END FastdropFdDirect = 197375
 	FastdropFdDirectFD_DIR_QUEUE     FastdropFdDirect = 197376
 	FastdropFdDirectFD_DIR_QUEUE_END FastdropFdDirect = 197887
-	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 197888
+	FastdropFdDirectFD_DIR_DSCP      FastdropFdDirect = 197888
+	FastdropFdDirectFD_DIR_DSCP_END  FastdropFdDirect = 197951
+	FastdropFdDirectFD_DIR_TYPE      FastdropFdDirect = 197952
+	FastdropFdDirectFD_DIR_TYPE_END  FastdropFdDirect = 198207
+	FastdropFdDirectFD_DIR_CODE      FastdropFdDirect = 198208
+	FastdropFdDirectFD_DIR_CODE_END  FastdropFdDirect = 198463
+	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 198464
 )
 
 type FastdropFdField uint32
@@ -180,7 +186,10 @@ const (
 	FastdropFdFieldFD_FLD_TTL   FastdropFdField = 8
 	FastdropFdFieldFD_FLD_FLAGS FastdropFdField = 9
 	FastdropFdFieldFD_FLD_QUEUE FastdropFdField = 10
-	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 11
+	FastdropFdFieldFD_FLD_DSCP  FastdropFdField = 11
+	FastdropFdFieldFD_FLD_TYPE  FastdropFdField = 12
+	FastdropFdFieldFD_FLD_CODE  FastdropFdField = 13
+	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 14
 )
 
 type FastdropFdLayout uint32
@@ -189,7 +198,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 6
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 8
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 128
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
@@ -211,37 +220,37 @@ const (
 	FastdropFdLayoutFD_FRONT_PORTS_N   FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N   FastdropFdLayout = 1024
 	FastdropFdLayoutFD_QUEUES          FastdropFdLayout = 256
-	FastdropFdLayoutFD_TAB_SRC4        FastdropFdLayout = 197888
-	FastdropFdLayoutFD_TAB_DST4        FastdropFdLayout = 263424
-	FastdropFdLayoutFD_TAB_SRC6        FastdropFdLayout = 328960
-	FastdropFdLayoutFD_TAB_DST6        FastdropFdLayout = 394496
-	FastdropFdLayoutFD_TAB_POOL        FastdropFdLayout = 460032
+	FastdropFdLayoutFD_TAB_SRC4        FastdropFdLayout = 198464
+	FastdropFdLayoutFD_TAB_DST4        FastdropFdLayout = 264000
+	FastdropFdLayoutFD_TAB_SRC6        FastdropFdLayout = 329536
+	FastdropFdLayoutFD_TAB_DST6        FastdropFdLayout = 395072
+	FastdropFdLayoutFD_TAB_POOL        FastdropFdLayout = 460608
 	FastdropFdLayoutFD_TAB_CHUNK       FastdropFdLayout = 256
 	FastdropFdLayoutFD_TAB_CHUNKS      FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS      FastdropFdLayout = 2557184
-	FastdropFdLayoutFD_TAB_FPROTO      FastdropFdLayout = 2819328
-	FastdropFdLayoutFD_TAB_W4          FastdropFdLayout = 2820352
+	FastdropFdLayoutFD_TAB_FPORTS      FastdropFdLayout = 2557760
+	FastdropFdLayoutFD_TAB_FPROTO      FastdropFdLayout = 2819904
+	FastdropFdLayoutFD_TAB_W4          FastdropFdLayout = 2820928
 	FastdropFdLayoutFD_TAB_W4L1        FastdropFdLayout = 1048576
 	FastdropFdLayoutFD_TAB_W4CHUNK     FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL      FastdropFdLayout = 4917504
+	FastdropFdLayoutFD_TAB_W4POOL      FastdropFdLayout = 4918080
 	FastdropFdLayoutFD_TAB_W4CHUNKS    FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF        FastdropFdLayout = 5441792
+	FastdropFdLayoutFD_TAB_HALF        FastdropFdLayout = 5442368
 	FastdropFdLayoutFD_TAB_EXT         FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD        FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT        FastdropFdLayout = 11264
+	FastdropFdLayoutFD_BM_FRONT        FastdropFdLayout = 14336
 	FastdropFdLayoutFD_BM_FRONTS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF         FastdropFdLayout = 15360
-	FastdropFdLayoutFD_B64SRC4         FastdropFdLayout = 197888
-	FastdropFdLayoutFD_B64DST4         FastdropFdLayout = 198912
-	FastdropFdLayoutFD_B64SRC6         FastdropFdLayout = 199936
-	FastdropFdLayoutFD_B64DST6         FastdropFdLayout = 200960
-	FastdropFdLayoutFD_B64PORTS        FastdropFdLayout = 201984
-	FastdropFdLayoutFD_B64FRONT        FastdropFdLayout = 464128
-	FastdropFdLayoutFD_B64HALF         FastdropFdLayout = 465152
+	FastdropFdLayoutFD_BM_HALF         FastdropFdLayout = 18432
+	FastdropFdLayoutFD_B64SRC4         FastdropFdLayout = 198464
+	FastdropFdLayoutFD_B64DST4         FastdropFdLayout = 199488
+	FastdropFdLayoutFD_B64SRC6         FastdropFdLayout = 200512
+	FastdropFdLayoutFD_B64DST6         FastdropFdLayout = 201536
+	FastdropFdLayoutFD_B64PORTS        FastdropFdLayout = 202560
+	FastdropFdLayoutFD_B64FRONT        FastdropFdLayout = 464704
+	FastdropFdLayoutFD_B64HALF         FastdropFdLayout = 465728
 	FastdropFdLayoutFD_CLS_TAB         FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM          FastdropFdLayout = 10883584
-	FastdropFdLayoutFD_CLS_B64         FastdropFdLayout = 11375104
-	FastdropFdLayoutFD_CLS_SIZE        FastdropFdLayout = 15096320
+	FastdropFdLayoutFD_CLS_BM          FastdropFdLayout = 10884736
+	FastdropFdLayoutFD_CLS_B64         FastdropFdLayout = 11474560
+	FastdropFdLayoutFD_CLS_SIZE        FastdropFdLayout = 15200384
 	FastdropFdLayoutFD_V4TBL24         FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP         FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX    FastdropFdLayout = 11
@@ -251,8 +260,8 @@ const (
 	FastdropFdLayoutFD_MAIN_CAP        FastdropFdLayout = 1024
 	FastdropFdLayoutFD_MAIN_HALF       FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS        FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 15100416
-	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 82209280
+	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 15204480
+	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 82313344
 	FastdropFdLayoutFD_V6USED          FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER        FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX        FastdropFdLayout = 4
@@ -303,6 +312,9 @@ const (
 	FastdropFdRecFlagsFD_REC_TTL   FastdropFdRecFlags = 64
 	FastdropFdRecFlagsFD_REC_FLAGS FastdropFdRecFlags = 128
 	FastdropFdRecFlagsFD_REC_QUEUE FastdropFdRecFlags = 256
+	FastdropFdRecFlagsFD_REC_DSCP  FastdropFdRecFlags = 512
+	FastdropFdRecFlagsFD_REC_TYPE  FastdropFdRecFlags = 1024
+	FastdropFdRecFlagsFD_REC_CODE  FastdropFdRecFlags = 2048
 )
 
 type FastdropFdRuleRec struct {
@@ -331,7 +343,10 @@ type FastdropFdRuleRec struct {
 	TcpExact   uint8
 	QueueLo    uint16
 	QueueHi    uint16
-	Match      [4]uint8
+	DscpLo     uint8
+	DscpHi     uint8
+	DscpNamed  uint8
+	TypeNamed  uint8
 	Origin     [16]int8
 	LimRate    uint64
 	LimBurst   uint32
@@ -342,7 +357,10 @@ type FastdropFdRuleRec struct {
 	LimLen6    uint8
 	LimPad     [3]uint8
 	Sample     uint32
-	Reserved   [4]uint8
+	TypeLo     uint8
+	TypeHi     uint8
+	CodeLo     uint8
+	CodeHi     uint8
 }
 
 type FastdropFdSrcKey struct {

@@ -113,7 +113,10 @@ type LpmtrieFdRuleRec struct {
 	TcpExact   uint8
 	QueueLo    uint16
 	QueueHi    uint16
-	Match      [4]uint8
+	DscpLo     uint8
+	DscpHi     uint8
+	DscpNamed  uint8
+	TypeNamed  uint8
 	Origin     [16]int8
 	LimRate    uint64
 	LimBurst   uint32
@@ -124,7 +127,10 @@ type LpmtrieFdRuleRec struct {
 	LimLen6    uint8
 	LimPad     [3]uint8
 	Sample     uint32
-	Reserved   [4]uint8
+	TypeLo     uint8
+	TypeHi     uint8
+	CodeLo     uint8
+	CodeHi     uint8
 }
 
 type LpmtrieFdSrcKey struct {
