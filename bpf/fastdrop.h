@@ -58,7 +58,8 @@ enum fd_field {
 	FD_FLD_DSCP = 11,
 	FD_FLD_TYPE = 12,
 	FD_FLD_CODE = 13,
-	FD_FLD_MAX = 14,
+	FD_FLD_LEN = 14,
+	FD_FLD_MAX = 15,
 };
 
 /* The direct fields: compound-rule fields whose value in a frame (8 or 16
@@ -90,7 +91,8 @@ enum fd_field {
 	X(QUEUE, queue, 9, ANY)        \
 	X(DSCP, dscp, 6, IP)           \
 	X(TYPE, icmp_type, 8, IP)      \
-	X(CODE, icmp_code, 8, IP)
+	X(CODE, icmp_code, 8, IP)      \
+	X(LEN, pktlen, 17, IP)
 
 /* The direct tables' offsets: each table's first entry, then its last
  * (FD_DIR_<NAME>_END), so that the next starts right after it; FD_DIR_END
@@ -116,10 +118,10 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 8,
+	FD_LAYOUT_VERSION = 9,
 
 	/* Sizes of the records user space reads and writes. */
-	FD_REC_SIZE = 128,    /* struct fd_rule_rec */
+	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
 	FD_ORIGIN_LEN = 16,   /* fd_rule_rec.origin */
 	FD_COUNTER_SIZE = 16, /* struct counter */
 	FD_V6_ENT_SIZE = 32,  /* struct fd_v6_ent */
@@ -458,8 +460,16 @@ struct fd_rule_rec {
 	__u8 type_hi;
 	__u8 code_lo;
 	__u8 code_hi;
-	/* A record of 128 bytes has no more room: the next feature (or
-	 * match field) grows FD_REC_SIZE. */
+	/* From byte 128 (record of 160 bytes, layout 9): issue 20's further
+	 * FlowSpec fields. len (fastdrop.LenRange): len_lo-len_hi, or with
+	 * len_op a comparison with the value written (in len_lo for > and
+	 * >=, len_hi for < and <=). */
+	__u16 len_lo;
+	__u16 len_hi;
+	__u8 len_op; /* enum fd_cmp */
+	/* Room for the next fields; a field taken from here raises
+	 * FD_LAYOUT_VERSION. */
+	__u8 rsv[27];
 };
 
 _Static_assert(sizeof(struct fd_rule_rec) == FD_REC_SIZE, "fd_rule_rec size");
@@ -538,6 +548,16 @@ enum fd_rec_flags {
 	FD_REC_DSCP = 512,
 	FD_REC_TYPE = 1024,
 	FD_REC_CODE = 2048,
+	FD_REC_LEN = 4096,
+};
+
+/* fd_rule_rec.len_op: how a numeric field's range was written. */
+enum fd_cmp {
+	FD_CMP_RANGE = 0, /* N or LO-HI */
+	FD_CMP_GT = 1,    /* >N: no upper bound (IPv6 lengths pass 65535) */
+	FD_CMP_GE = 2,    /* >=N */
+	FD_CMP_LT = 3,    /* <N */
+	FD_CMP_LE = 4,    /* <=N */
 };
 
 /* What xdp_fastdrop_trace prepends to the frame in a test run. */
@@ -555,6 +575,10 @@ struct fd_pkt {
 	__u64 dst6[2];
 	__u32 src4; /* IPv4 addresses in host order */
 	__u32 dst4;
+	/* len (FlowSpec type 10): the IP packet's length without layer 2,
+	 * with the IP header: IPv4 total length, IPv6 40 + payload length
+	 * (up to 65575: 17 bits); 0 for frames that are not IP. */
+	__u32 pktlen;
 	__u16 ethertype; /* after the VLAN tags, host order */
 	__u16 sport;     /* host order, when has_ports */
 	__u16 dport;
@@ -1485,6 +1509,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		p.proto = proto;
 		p.ttl = iph->ttl;
 		p.dscp = iph->tos >> 2;
+		p.pktlen = bpf_ntohs(iph->tot_len);
 		p.src4 = bpf_ntohl(iph->saddr);
 		p.dst4 = bpf_ntohl(iph->daddr);
 		if (iph->frag_off & bpf_htons(0x1fff)) {
@@ -1510,6 +1535,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		if (proto < 0)
 			return fd_malformed(len, decide, arg);
 		p.ttl = ip6h->hop_limit;
+		p.pktlen = 40 + (__u32)bpf_ntohs(ip6h->payload_len);
 		/* Traffic class: the 8 bits after the version. */
 		p.dscp = (bpf_ntohl(*(__be32 *)ip6h) >> 22) & 0x3f;
 		__builtin_memcpy(p.src6, &ip6h->saddr, 16);
@@ -1543,6 +1569,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	p.proto = 0;
 	p.ttl = 0;
 	p.dscp = 0;
+	p.pktlen = 0;
 	p.src4 = 0;
 	p.dst4 = 0;
 	return decide(arg, &p);

@@ -271,6 +271,7 @@ const (
 	recSample    = 120 // u32, the sample modifier's N
 	recType      = 124 // type_lo, type_hi
 	recCode      = 126 // code_lo, code_hi
+	recLen       = 128 // len_lo, len_hi, len_op
 	originLen    = int(gen.FastdropFdLayoutFD_ORIGIN_LEN)
 )
 

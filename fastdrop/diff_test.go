@@ -94,6 +94,9 @@ func (g *diffGen) frame() []byte {
 	if g.rng.IntN(2) == 0 {
 		s.TOS = g.dscp()<<2 | uint8(g.rng.IntN(4))
 	}
+	if g.rng.IntN(3) == 0 && s.Src.IsValid() {
+		s.Payload = frames.Pattern(g.rng.IntN(diffMaxLen))
+	}
 	f := s.Build()
 	if s.Proto == ProtoTCP && f.L4 >= 0 && f.L4+14 <= len(f.Bytes) && g.rng.IntN(2) == 0 {
 		f.Bytes[f.L4+13] = g.flagByte()
@@ -178,6 +181,25 @@ func (g *diffGen) tcpFlags() *TCPFlags {
 		clear = 0
 	}
 	return &TCPFlags{Set: set, Clear: clear}
+}
+
+// diffMaxLen bounds the payloads of frames and the lengths len rules
+// name, so that the two meet.
+const diffMaxLen = 1200
+
+// lenRange returns a random len: a value, a range or a comparison.
+func (g *diffGen) lenRange() *LenRange {
+	a, b := uint16(g.rng.IntN(diffMaxLen)), uint16(g.rng.IntN(diffMaxLen))
+	switch op := CmpOp(g.rng.IntN(5)); op {
+	case CmpGT, CmpGE:
+		return &LenRange{Lo: a, Op: op}
+	case CmpLT, CmpLE:
+		return &LenRange{Hi: max(a, 1), Op: op}
+	}
+	if g.rng.IntN(2) == 0 {
+		b = a
+	}
+	return &LenRange{Lo: min(a, b), Hi: max(a, b)}
 }
 
 // diffDSCPs are the codepoints rules and frames are drawn from.
@@ -281,6 +303,9 @@ func (g *diffGen) compound() Rule {
 			if lo == hi && dscpName(lo) != "" && g.rng.IntN(2) == 0 {
 				r.DSCP.Named = true
 			}
+		}
+		if g.rng.IntN(6) == 0 {
+			r.Len = g.lenRange()
 		}
 		if g.rng.IntN(3) == 0 {
 			lo, hi := uint16(g.rng.IntN(diffQueues+2)), uint16(g.rng.IntN(diffQueues+2))

@@ -139,7 +139,7 @@ const (
 // matchFields are the match fields, in the order messages list them and
 // Rule.Validate checks them. init sets it, since entries refer to the
 // table (which a variable's initializer may not); nothing changes it.
-var matchFields [13]matchField
+var matchFields [14]matchField
 
 func init() {
 	matchFields = [...]matchField{
@@ -405,6 +405,7 @@ func init() {
 		},
 		icmpField("type", unsafe.Offsetof(Rule{}.ICMPType), 3),
 		icmpField("code", unsafe.Offsetof(Rule{}.ICMPCode), 4),
+		lenField(),
 	}
 }
 

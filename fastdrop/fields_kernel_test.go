@@ -241,3 +241,63 @@ drop icmpv6 type nd-neighbor-solicit      # 4
 	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
 	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
 }
+
+// TestKernelLen: len matches the IP packet's length as FlowSpec type 10
+// defines it: the IPv4 total length (with the IPv4 header and its
+// options), the IPv6 header's 40 bytes plus the payload length (so
+// extension headers count); never the VLAN tags or the Ethernet header;
+// non-first fragments by their own length. Comparisons are ranges.
+func TestKernelLen(t *testing.T) {
+	rules := `
+drop udp sport 53 len >1024             # 0
+drop len 100-200 dst 192.0.2.0/24       # 1
+pass src 2001:db8::/32 len <=576        # 2
+drop len <64 dst 198.51.100.0/24        # 3
+drop frag len >=1500                    # 4
+`
+	pay := func(s frames.Spec, n int) frames.Spec { s.Payload = frames.Pattern(n); return s }
+	u4 := func(sport uint16, total int) []byte {
+		return pay(spec4("203.0.113.1", "203.0.113.2", frames.ProtoUDP, sport, 9), total-28).Build().Bytes
+	}
+	cases := []matchCase{
+		{"udp 53, 1025 bytes", u4(53, 1025), kCompound(ActionDrop, 0)},
+		{"udp 53, 1024 bytes", u4(53, 1024), kDefault(ActionPass)},
+		{"udp 54, 1400 bytes", u4(54, 1400), kDefault(ActionPass)},
+		{"udp 53, 1025 bytes, two VLAN tags", tagged(pay(spec4("203.0.113.1", "203.0.113.2", frames.ProtoUDP, 53, 9), 997), frames.TPID8021AD, frames.TPID8021Q).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"udp 53, 1024 bytes, two VLAN tags", tagged(pay(spec4("203.0.113.1", "203.0.113.2", frames.ProtoUDP, 53, 9), 996), frames.TPID8021AD, frames.TPID8021Q).Build().Bytes, kDefault(ActionPass)},
+		{"IPv6 udp 53, 40+8+977 = 1025", pay(spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 53, 9), 977).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"IPv6 udp 53, 40+8+976 = 1024", pay(spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 53, 9), 976).Build().Bytes, kDefault(ActionPass)},
+		{"IPv6 udp 53, 40+16 ext+8+961 = 1025", pay(spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 53, 9, frames.ExtHeader{Type: frames.ProtoHopByHop, Len: 16}), 961).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"IPv6 udp 53, 40+16 ext+8+960 = 1024", pay(spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 53, 9, frames.ExtHeader{Type: frames.ProtoHopByHop, Len: 16}), 960).Build().Bytes, kDefault(ActionPass)},
+		{"100 bytes to 192.0.2.7", pay(spec4("203.0.113.1", "192.0.2.7", 47, 0, 0), 80).Build().Bytes, kCompound(ActionDrop, 1)},
+		{"200 bytes to 192.0.2.7", pay(spec4("203.0.113.1", "192.0.2.7", 47, 0, 0), 180).Build().Bytes, kCompound(ActionDrop, 1)},
+		{"99 bytes to 192.0.2.7", pay(spec4("203.0.113.1", "192.0.2.7", 47, 0, 0), 79).Build().Bytes, kDefault(ActionPass)},
+		{"201 bytes to 192.0.2.7", pay(spec4("203.0.113.1", "192.0.2.7", 47, 0, 0), 181).Build().Bytes, kDefault(ActionPass)},
+		{"IPv4 options count: 20+8 options+72 = 100", func() []byte {
+			s := pay(spec4("203.0.113.1", "192.0.2.7", 47, 0, 0), 72)
+			s.IPv4Options = make([]byte, 8)
+			for i := range s.IPv4Options {
+				s.IPv4Options[i] = 1 // NOP
+			}
+			return s.Build().Bytes
+		}(), kCompound(ActionDrop, 1)},
+		{"IPv6 576", pay(spec6("2001:db8::1", "2001:db9::2", 47, 0, 0), 536).Build().Bytes, kCompound(ActionPass, 2)},
+		{"IPv6 577", pay(spec6("2001:db8::1", "2001:db9::2", 47, 0, 0), 537).Build().Bytes, kDefault(ActionPass)},
+		{"IPv6 40, no payload", pay(spec6("2001:db8::1", "2001:db9::2", frames.ProtoNoNext, 0, 0), 0).Build().Bytes, kCompound(ActionPass, 2)},
+		{"63 bytes to 198.51.100.9", pay(spec4("203.0.113.1", "198.51.100.9", 47, 0, 0), 43).Build().Bytes, kCompound(ActionDrop, 3)},
+		{"64 bytes to 198.51.100.9", pay(spec4("203.0.113.1", "198.51.100.9", 47, 0, 0), 44).Build().Bytes, kDefault(ActionPass)},
+		{"non-first fragment of 1500", func() []byte {
+			s := pay(spec4("203.0.113.1", "203.0.113.2", frames.ProtoUDP, 1, 2), 1480)
+			s.IPv4FragOffset = 185
+			return s.Build().Bytes
+		}(), kCompound(ActionDrop, 4)},
+		{"non-first fragment of 1499", func() []byte {
+			s := pay(spec4("203.0.113.1", "203.0.113.2", frames.ProtoUDP, 1, 2), 1479)
+			s.IPv4FragOffset = 185
+			return s.Build().Bytes
+		}(), kDefault(ActionPass)},
+		{"ARP", frames.Spec{EtherType: frames.EtherTypeARP, Payload: frames.Pattern(28)}.Build().Bytes, kDefault(ActionPass)},
+	}
+	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
+	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
+}

@@ -90,6 +90,7 @@ type packet struct {
 	ttl       uint8 // IPv4 TTL or IPv6 hop limit
 	tcpFlags  uint8 // TCP header byte 13, when hasPorts and TCP
 	dscp      uint8 // IPv4 TOS / IPv6 traffic class >> 2
+	pktLen    int   // len: IPv4 total length, IPv6 40 + payload length
 	hasICMP   bool  // ICMP or ICMPv6 (protocol 1 or 58), not a non-first fragment
 	icmpType  uint8
 	icmpCode  uint8
@@ -244,6 +245,7 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 		pkt.proto = ip[9]
 		pkt.ttl = ip[8]
 		pkt.dscp = ip[1] >> 2
+		pkt.pktLen = totalLen
 		pkt.fragment = be.Uint16(ip[6:8])&0x1fff != 0
 		l4 = off + ihl
 	case EtherTypeIPv6:
@@ -257,6 +259,7 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 		pkt.isIP = true
 		pkt.ttl = ip[7]
 		pkt.dscp = (ip[0]<<4 | ip[1]>>4) >> 2
+		pkt.pktLen = 40 + int(be.Uint16(ip[4:6]))
 		pkt.src = netip.AddrFrom16([16]byte(ip[8:24]))
 		pkt.dst = netip.AddrFrom16([16]byte(ip[24:40]))
 		nh := ip[6]

@@ -115,6 +115,9 @@ type Rule struct {
 	DSCP      *DSCPRange // nil = any; the IPv4 TOS / IPv6 traffic class >> 2
 	ICMPType  *ICMPType  // nil = any; needs HasProto with Proto 1 (icmp) or 58 (icmpv6)
 	ICMPCode  *ByteRange // nil = any; as ICMPType
+	// Len matches the IP packet's length (FlowSpec type 10): IPv4 total
+	// length, IPv6 40 + payload length; nil = any.
+	Len *LenRange
 	// Queue matches the rx queue the frame arrived on, Lo to Hi (0 to
 	// MaxQueue); nil = any.
 	Queue *PortRange

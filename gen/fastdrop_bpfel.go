@@ -169,7 +169,9 @@ const (
 	FastdropFdDirectFD_DIR_TYPE_END  FastdropFdDirect = 198207
 	FastdropFdDirectFD_DIR_CODE      FastdropFdDirect = 198208
 	FastdropFdDirectFD_DIR_CODE_END  FastdropFdDirect = 198463
-	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 198464
+	FastdropFdDirectFD_DIR_LEN       FastdropFdDirect = 198464
+	FastdropFdDirectFD_DIR_LEN_END   FastdropFdDirect = 329535
+	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 329536
 )
 
 type FastdropFdField uint32
@@ -189,7 +191,8 @@ const (
 	FastdropFdFieldFD_FLD_DSCP  FastdropFdField = 11
 	FastdropFdFieldFD_FLD_TYPE  FastdropFdField = 12
 	FastdropFdFieldFD_FLD_CODE  FastdropFdField = 13
-	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 14
+	FastdropFdFieldFD_FLD_LEN   FastdropFdField = 14
+	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 15
 )
 
 type FastdropFdLayout uint32
@@ -198,8 +201,8 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 8
-	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 128
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 9
+	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6ENT_SIZE      FastdropFdLayout = 32
@@ -220,37 +223,37 @@ const (
 	FastdropFdLayoutFD_FRONT_PORTS_N   FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N   FastdropFdLayout = 1024
 	FastdropFdLayoutFD_QUEUES          FastdropFdLayout = 256
-	FastdropFdLayoutFD_TAB_SRC4        FastdropFdLayout = 198464
-	FastdropFdLayoutFD_TAB_DST4        FastdropFdLayout = 264000
-	FastdropFdLayoutFD_TAB_SRC6        FastdropFdLayout = 329536
-	FastdropFdLayoutFD_TAB_DST6        FastdropFdLayout = 395072
-	FastdropFdLayoutFD_TAB_POOL        FastdropFdLayout = 460608
+	FastdropFdLayoutFD_TAB_SRC4        FastdropFdLayout = 329536
+	FastdropFdLayoutFD_TAB_DST4        FastdropFdLayout = 395072
+	FastdropFdLayoutFD_TAB_SRC6        FastdropFdLayout = 460608
+	FastdropFdLayoutFD_TAB_DST6        FastdropFdLayout = 526144
+	FastdropFdLayoutFD_TAB_POOL        FastdropFdLayout = 591680
 	FastdropFdLayoutFD_TAB_CHUNK       FastdropFdLayout = 256
 	FastdropFdLayoutFD_TAB_CHUNKS      FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS      FastdropFdLayout = 2557760
-	FastdropFdLayoutFD_TAB_FPROTO      FastdropFdLayout = 2819904
-	FastdropFdLayoutFD_TAB_W4          FastdropFdLayout = 2820928
+	FastdropFdLayoutFD_TAB_FPORTS      FastdropFdLayout = 2688832
+	FastdropFdLayoutFD_TAB_FPROTO      FastdropFdLayout = 2950976
+	FastdropFdLayoutFD_TAB_W4          FastdropFdLayout = 2952000
 	FastdropFdLayoutFD_TAB_W4L1        FastdropFdLayout = 1048576
 	FastdropFdLayoutFD_TAB_W4CHUNK     FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL      FastdropFdLayout = 4918080
+	FastdropFdLayoutFD_TAB_W4POOL      FastdropFdLayout = 5049152
 	FastdropFdLayoutFD_TAB_W4CHUNKS    FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF        FastdropFdLayout = 5442368
+	FastdropFdLayoutFD_TAB_HALF        FastdropFdLayout = 5573440
 	FastdropFdLayoutFD_TAB_EXT         FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD        FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT        FastdropFdLayout = 14336
+	FastdropFdLayoutFD_BM_FRONT        FastdropFdLayout = 15360
 	FastdropFdLayoutFD_BM_FRONTS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF         FastdropFdLayout = 18432
-	FastdropFdLayoutFD_B64SRC4         FastdropFdLayout = 198464
-	FastdropFdLayoutFD_B64DST4         FastdropFdLayout = 199488
-	FastdropFdLayoutFD_B64SRC6         FastdropFdLayout = 200512
-	FastdropFdLayoutFD_B64DST6         FastdropFdLayout = 201536
-	FastdropFdLayoutFD_B64PORTS        FastdropFdLayout = 202560
-	FastdropFdLayoutFD_B64FRONT        FastdropFdLayout = 464704
-	FastdropFdLayoutFD_B64HALF         FastdropFdLayout = 465728
+	FastdropFdLayoutFD_BM_HALF         FastdropFdLayout = 19456
+	FastdropFdLayoutFD_B64SRC4         FastdropFdLayout = 329536
+	FastdropFdLayoutFD_B64DST4         FastdropFdLayout = 330560
+	FastdropFdLayoutFD_B64SRC6         FastdropFdLayout = 331584
+	FastdropFdLayoutFD_B64DST6         FastdropFdLayout = 332608
+	FastdropFdLayoutFD_B64PORTS        FastdropFdLayout = 333632
+	FastdropFdLayoutFD_B64FRONT        FastdropFdLayout = 595776
+	FastdropFdLayoutFD_B64HALF         FastdropFdLayout = 596800
 	FastdropFdLayoutFD_CLS_TAB         FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM          FastdropFdLayout = 10884736
-	FastdropFdLayoutFD_CLS_B64         FastdropFdLayout = 11474560
-	FastdropFdLayoutFD_CLS_SIZE        FastdropFdLayout = 15200384
+	FastdropFdLayoutFD_CLS_BM          FastdropFdLayout = 11146880
+	FastdropFdLayoutFD_CLS_B64         FastdropFdLayout = 11769472
+	FastdropFdLayoutFD_CLS_SIZE        FastdropFdLayout = 16543872
 	FastdropFdLayoutFD_V4TBL24         FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP         FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX    FastdropFdLayout = 11
@@ -260,8 +263,8 @@ const (
 	FastdropFdLayoutFD_MAIN_CAP        FastdropFdLayout = 1024
 	FastdropFdLayoutFD_MAIN_HALF       FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS        FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 15204480
-	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 82313344
+	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 16547968
+	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 83656832
 	FastdropFdLayoutFD_V6USED          FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER        FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX        FastdropFdLayout = 4
@@ -315,6 +318,7 @@ const (
 	FastdropFdRecFlagsFD_REC_DSCP  FastdropFdRecFlags = 512
 	FastdropFdRecFlagsFD_REC_TYPE  FastdropFdRecFlags = 1024
 	FastdropFdRecFlagsFD_REC_CODE  FastdropFdRecFlags = 2048
+	FastdropFdRecFlagsFD_REC_LEN   FastdropFdRecFlags = 4096
 )
 
 type FastdropFdRuleRec struct {
@@ -361,6 +365,10 @@ type FastdropFdRuleRec struct {
 	TypeHi     uint8
 	CodeLo     uint8
 	CodeHi     uint8
+	LenLo      uint16
+	LenHi      uint16
+	LenOp      uint8
+	Rsv        [27]uint8
 }
 
 type FastdropFdSrcKey struct {

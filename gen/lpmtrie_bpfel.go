@@ -131,6 +131,10 @@ type LpmtrieFdRuleRec struct {
 	TypeHi     uint8
 	CodeLo     uint8
 	CodeHi     uint8
+	LenLo      uint16
+	LenHi      uint16
+	LenOp      uint8
+	Rsv        [27]uint8
 }
 
 type LpmtrieFdSrcKey struct {
