@@ -59,7 +59,8 @@ enum fd_field {
 	FD_FLD_TYPE = 12,
 	FD_FLD_CODE = 13,
 	FD_FLD_LEN = 14,
-	FD_FLD_MAX = 15,
+	FD_FLD_FRAG = 15,
+	FD_FLD_MAX = 16,
 };
 
 /* The direct fields: compound-rule fields whose value in a frame (8 or 16
@@ -92,7 +93,8 @@ enum fd_field {
 	X(DSCP, dscp, 6, IP)           \
 	X(TYPE, icmp_type, 8, IP)      \
 	X(CODE, icmp_code, 8, IP)      \
-	X(LEN, pktlen, 17, IP)
+	X(LEN, pktlen, 17, IP)         \
+	X(FRAG, fragbits, 6, IP)    
 
 /* The direct tables' offsets: each table's first entry, then its last
  * (FD_DIR_<NAME>_END), so that the next starts right after it; FD_DIR_END
@@ -118,7 +120,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 9,
+	FD_LAYOUT_VERSION = 10,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
@@ -467,9 +469,13 @@ struct fd_rule_rec {
 	__u16 len_lo;
 	__u16 len_hi;
 	__u8 len_op; /* enum fd_cmp */
+	/* frag with bits (frag first, frag !df, ...): PARSE_FRAG_* bits that
+	 * must be set and that must be clear. */
+	__u8 frag_set;
+	__u8 frag_clear;
 	/* Room for the next fields; a field taken from here raises
 	 * FD_LAYOUT_VERSION. */
-	__u8 rsv[27];
+	__u8 rsv[25];
 };
 
 _Static_assert(sizeof(struct fd_rule_rec) == FD_REC_SIZE, "fd_rule_rec size");
@@ -549,6 +555,7 @@ enum fd_rec_flags {
 	FD_REC_TYPE = 1024,
 	FD_REC_CODE = 2048,
 	FD_REC_LEN = 4096,
+	FD_REC_FRAGBITS = 8192,
 };
 
 /* fd_rule_rec.len_op: how a numeric field's range was written. */
@@ -590,6 +597,7 @@ struct fd_pkt {
 	__u8 icmp_type; /* ICMP or ICMPv6 (first fragments), else 0 */
 	__u8 icmp_code;
 	__u8 nonfirst; /* a fragment with offset != 0 */
+	__u8 fragbits; /* PARSE_FRAG_* (parsing.h) */
 	__u8 has_ports;
 	__u8 kind; /* family (0, 4 or 8) | nonfirst << 1 | has_ports */
 	__u16 queue; /* rx queue, FD_QUEUES for the queues above */
@@ -1512,6 +1520,8 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		p.pktlen = bpf_ntohs(iph->tot_len);
 		p.src4 = bpf_ntohl(iph->saddr);
 		p.dst4 = bpf_ntohl(iph->daddr);
+		p.fragbits = frag_bits(bpf_ntohs(iph->frag_off) & 0x1fff, iph->frag_off & bpf_htons(0x2000)) |
+			     (iph->frag_off & bpf_htons(0x4000) ? PARSE_FRAG_DF : 0);
 		if (iph->frag_off & bpf_htons(0x1fff)) {
 			p.nonfirst = 1;
 			p.kind = 4 | 2;
@@ -1540,9 +1550,11 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		p.dscp = (bpf_ntohl(*(__be32 *)ip6h) >> 22) & 0x3f;
 		__builtin_memcpy(p.src6, &ip6h->saddr, 16);
 		__builtin_memcpy(p.dst6, &ip6h->daddr, 16);
-		proto = skip_ip6hdrext(&nh, data_end, proto, &p.nonfirst);
+		p.fragbits = PARSE_FRAG_V6;
+		proto = skip_ip6hdrext(&nh, data_end, proto, &p.fragbits);
 		if (proto < 0)
 			return fd_malformed(len, decide, arg);
+		p.nonfirst = !!(p.fragbits & PARSE_FRAG_NF);
 		p.family = 6;
 		p.proto = proto;
 		p.src4 = 0;
@@ -1570,6 +1582,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	p.ttl = 0;
 	p.dscp = 0;
 	p.pktlen = 0;
+	p.fragbits = 0;
 	p.src4 = 0;
 	p.dst4 = 0;
 	return decide(arg, &p);

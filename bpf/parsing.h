@@ -164,6 +164,28 @@ static __always_inline int parse_ip6hdr(struct hdr_cursor *nh, void *data_end,
 	return ip6h->nexthdr;
 }
 
+/* A packet's fragment bits, as FlowSpec's fragment component (RFC 8955
+ * 4.2.2.12, RFC 8956 3.6) has them, plus two of our own: DF (IPv4 only),
+ * NF (IsF: a fragment other than the first, offset != 0), FF (the first
+ * fragment: offset 0, more fragments), LF (the last fragment: offset != 0,
+ * no more fragments), ANY (a fragment: offset != 0 or more fragments),
+ * V6 (an IPv6 packet, which has no DF bit). */
+#define PARSE_FRAG_DF 0x01
+#define PARSE_FRAG_NF 0x02
+#define PARSE_FRAG_FF 0x04
+#define PARSE_FRAG_LF 0x08
+#define PARSE_FRAG_ANY 0x10
+#define PARSE_FRAG_V6 0x20
+
+/* frag_bits: the bits of a fragment offset (13 bits) and more-fragments
+ * flag. */
+static __always_inline __u8 frag_bits(__u32 off, __u32 more)
+{
+	if (off)
+		return PARSE_FRAG_NF | PARSE_FRAG_ANY | (more ? 0 : PARSE_FRAG_LF);
+	return more ? PARSE_FRAG_FF | PARSE_FRAG_ANY : 0;
+}
+
 static __always_inline int ipv6_is_ext(__u8 nh)
 {
 	switch (nh) {
@@ -182,10 +204,11 @@ static __always_inline int ipv6_is_ext(__u8 nh)
  * must be present in full, and returns the first next-header value that is
  * not one of them; a fifth extension header is malformed (-1). What follows
  * a fragment header with a non-zero offset is fragment data, not headers:
- * the walk stops there, sets *nonfirst and returns that header's next
- * header. */
+ * the walk stops there and returns that header's next header. *fragbits
+ * comes in as PARSE_FRAG_V6 and gets the fragment header's bits
+ * (frag_bits; PARSE_FRAG_NF for a non-first fragment). */
 static __always_inline int skip_ip6hdrext(struct hdr_cursor *nh, void *data_end,
-					  __u8 next_hdr, __u8 *nonfirst)
+					  __u8 next_hdr, __u8 *fragbits)
 {
 	int i;
 
@@ -206,10 +229,10 @@ static __always_inline int skip_ip6hdrext(struct hdr_cursor *nh, void *data_end,
 				return -1;
 			nh->pos = fh + 1;
 			next_hdr = fh->nexthdr;
-			if (bpf_ntohs(fh->frag_off) >> 3) {
-				*nonfirst = 1;
+			*fragbits = PARSE_FRAG_V6 | frag_bits(bpf_ntohs(fh->frag_off) >> 3,
+							      bpf_ntohs(fh->frag_off) & 1);
+			if (*fragbits & PARSE_FRAG_NF)
 				return next_hdr;
-			}
 			continue;
 		}
 		if ((void *)(hdr + 2) > data_end)

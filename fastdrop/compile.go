@@ -272,6 +272,7 @@ const (
 	recType      = 124 // type_lo, type_hi
 	recCode      = 126 // code_lo, code_hi
 	recLen       = 128 // len_lo, len_hi, len_op
+	recFragSet   = 133 // frag_set, frag_clear
 	originLen    = int(gen.FastdropFdLayoutFD_ORIGIN_LEN)
 )
 

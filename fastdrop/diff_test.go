@@ -97,6 +97,9 @@ func (g *diffGen) frame() []byte {
 	if g.rng.IntN(3) == 0 && s.Src.IsValid() {
 		s.Payload = frames.Pattern(g.rng.IntN(diffMaxLen))
 	}
+	if g.rng.IntN(3) == 0 && s.Src.Is4() {
+		s.IPv4MoreFragments, s.IPv4DontFragment = g.rng.IntN(2) == 0, g.rng.IntN(2) == 0
+	}
 	f := s.Build()
 	if s.Proto == ProtoTCP && f.L4 >= 0 && f.L4+14 <= len(f.Bytes) && g.rng.IntN(2) == 0 {
 		f.Bytes[f.L4+13] = g.flagByte()
@@ -181,6 +184,21 @@ func (g *diffGen) tcpFlags() *TCPFlags {
 		clear = 0
 	}
 	return &TCPFlags{Set: set, Clear: clear}
+}
+
+// fragBits returns random fragment bits (maybe ones that never match,
+// which Validate refuses and compound draws again).
+func (g *diffGen) fragBits() *FragBits {
+	f := &FragBits{}
+	for _, n := range fragNames {
+		switch g.rng.IntN(4) {
+		case 0:
+			f.Set |= n.bit
+		case 1:
+			f.Clear |= n.bit
+		}
+	}
+	return f
 }
 
 // diffMaxLen bounds the payloads of frames and the lengths len rules
@@ -306,6 +324,9 @@ func (g *diffGen) compound() Rule {
 		}
 		if g.rng.IntN(6) == 0 {
 			r.Len = g.lenRange()
+		}
+		if g.rng.IntN(6) == 0 && !r.Fragment {
+			r.FragBits = g.fragBits()
 		}
 		if g.rng.IntN(3) == 0 {
 			lo, hi := uint16(g.rng.IntN(diffQueues+2)), uint16(g.rng.IntN(diffQueues+2))

@@ -32,6 +32,13 @@ type matchField struct {
 	aliases []string
 	// flag: the field takes no value ("frag").
 	flag bool
+	// optional, for a flag: whether the next token is the field's value
+	// after all ("frag first"), which parse then gets instead of the
+	// keyword.
+	optional func(v string) bool
+	// sub: the field has no keyword of its own; another entry's parse
+	// sets it (frag with bits). It is in no list of keywords or fields.
+	sub bool
 	// need is the message for the keyword without a value.
 	need string
 	// parse sets the field of r from v, its value token (or the alias
@@ -139,7 +146,7 @@ const (
 // matchFields are the match fields, in the order messages list them and
 // Rule.Validate checks them. init sets it, since entries refer to the
 // table (which a variable's initializer may not); nothing changes it.
-var matchFields [14]matchField
+var matchFields [15]matchField
 
 func init() {
 	matchFields = [...]matchField{
@@ -231,7 +238,15 @@ func init() {
 			name:     "frag",
 			examples: []string{"drop frag", "drop udp src 192.0.2.0/24 frag"},
 			flag:     true,
-			parse:    func(r *Rule, _ string) string { r.Fragment = true; return "" },
+			// frag with bits (frag first) is the next entry's.
+			optional: isFragValue,
+			parse: func(r *Rule, v string) string {
+				if v != "frag" {
+					return fragBitsField().parse(r, v)
+				}
+				r.Fragment = true
+				return ""
+			},
 			at:       unsafe.Offsetof(Rule{}.Fragment),
 			store:    storeBool,
 			text:     func(*Rule) string { return "frag" },
@@ -406,6 +421,7 @@ func init() {
 		icmpField("type", unsafe.Offsetof(Rule{}.ICMPType), 3),
 		icmpField("code", unsafe.Offsetof(Rule{}.ICMPCode), 4),
 		lenField(),
+		fragBitsField(),
 	}
 }
 
@@ -890,7 +906,7 @@ func fieldByKeyword(s string) int {
 	}
 	for i := range matchFields {
 		f := &matchFields[i]
-		if f.name == s || f.isAlias(s) {
+		if !f.sub && (f.name == s || f.isAlias(s)) {
 			return i
 		}
 	}
@@ -911,6 +927,9 @@ func (f *matchField) isAlias(s string) bool {
 func wantFieldsText() string {
 	var names, aliases []string
 	for i := range matchFields {
+		if matchFields[i].sub {
+			continue
+		}
 		names = append(names, matchFields[i].name)
 		aliases = append(aliases, matchFields[i].aliases...)
 	}
@@ -921,7 +940,7 @@ func wantFieldsText() string {
 func ipFieldList() string {
 	var names []string
 	for i := range matchFields {
-		if matchFields[i].ip {
+		if matchFields[i].ip && !matchFields[i].sub {
 			names = append(names, matchFields[i].name)
 		}
 	}

@@ -301,3 +301,57 @@ drop frag len >=1500                    # 4
 	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
 	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
 }
+
+// TestKernelFragBits: frag with bits matches FlowSpec's fragment bits:
+// df (IPv4 only: IPv6 frames match no rule that names df, set or clear),
+// any (a fragment: offset != 0 or more fragments), first (offset 0, more
+// fragments), last (offset != 0, no more), each set or clear with !, from
+// the IPv4 flags and offset (tagged or not) and the IPv6 fragment header
+// (after other extension headers); frag alone stays "not the first".
+func TestKernelFragBits(t *testing.T) {
+	rules := `
+drop dst 198.51.100.0/24 frag first     # 0
+drop udp frag !df                       # 1
+pass frag last src 2001:db8::/32        # 2
+drop frag any,!first dst 203.0.113.0/24 # 3
+drop udp dport 53 frag first,df         # 4
+drop frag dst 192.0.2.0/24              # 5
+`
+	v4 := func(dst string, proto uint8, dport uint16, off uint16, more, df bool) []byte {
+		s := spec4("10.1.1.1", dst, proto, 1, dport)
+		s.IPv4FragOffset, s.IPv4MoreFragments, s.IPv4DontFragment = off, more, df
+		return s.Build().Bytes
+	}
+	v6 := func(src string, proto uint8, off uint16, more bool, ext ...frames.ExtHeader) []byte {
+		ext = append(ext, frames.ExtHeader{Type: frames.ProtoFragment, FragOffset: off, More: more, ID: 7})
+		return spec6(src, "2001:db9::2", proto, 1, 2, ext...).Build().Bytes
+	}
+	cases := []matchCase{
+		{"first fragment to 198.51.100.9", v4("198.51.100.9", 47, 0, 0, true, false), kCompound(ActionDrop, 0)},
+		{"first fragment to 198.51.100.9, tagged", tagged(func() frames.Spec {
+			s := spec4("10.1.1.1", "198.51.100.9", 47, 0, 0)
+			s.IPv4MoreFragments = true
+			return s
+		}(), frames.TPID8021Q).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"middle fragment to 198.51.100.9", v4("198.51.100.9", 47, 0, 10, true, false), kDefault(ActionPass)},
+		{"whole packet to 198.51.100.9", v4("198.51.100.9", 47, 0, 0, false, false), kDefault(ActionPass)},
+		{"udp DF clear", v4("10.9.9.9", frames.ProtoUDP, 9, 0, false, false), kCompound(ActionDrop, 1)},
+		{"udp DF set", v4("10.9.9.9", frames.ProtoUDP, 9, 0, false, true), kDefault(ActionPass)},
+		{"IPv6 udp (no DF bit)", spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 1, 9).Build().Bytes, kDefault(ActionPass)},
+		{"IPv6 last fragment from 2001:db8::1", v6("2001:db8::1", frames.ProtoUDP, 100, false), kCompound(ActionPass, 2)},
+		{"IPv6 last fragment after a hop-by-hop header", v6("2001:db8::1", frames.ProtoUDP, 100, false, frames.ExtHeader{Type: frames.ProtoHopByHop}), kCompound(ActionPass, 2)},
+		{"IPv6 middle fragment from 2001:db8::1", v6("2001:db8::1", frames.ProtoUDP, 100, true), kDefault(ActionPass)},
+		{"IPv6 first fragment from 2001:db8::1", v6("2001:db8::1", 47, 0, true), kDefault(ActionPass)},
+		{"IPv6 atomic fragment (offset 0, no more) from 2001:db8::1", v6("2001:db8::1", 47, 0, false), kDefault(ActionPass)},
+		{"middle fragment to 203.0.113.5", v4("203.0.113.5", 47, 0, 3, true, false), kCompound(ActionDrop, 3)},
+		{"last fragment to 203.0.113.5", v4("203.0.113.5", 47, 0, 3, false, false), kCompound(ActionDrop, 3)},
+		{"first fragment to 203.0.113.5", v4("203.0.113.5", 47, 0, 0, true, false), kDefault(ActionPass)},
+		{"first udp 53 fragment, DF", v4("10.9.9.9", frames.ProtoUDP, 53, 0, true, true), kCompound(ActionDrop, 4)},
+		{"first udp 53 fragment, no DF", v4("10.9.9.9", frames.ProtoUDP, 53, 0, true, false), kCompound(ActionDrop, 1)},
+		{"udp 53, DF, not a fragment", v4("10.9.9.9", frames.ProtoUDP, 53, 0, false, true), kDefault(ActionPass)},
+		{"frag alone: non-first to 192.0.2.7", v4("192.0.2.7", frames.ProtoTCP, 80, 5, true, true), kCompound(ActionDrop, 5)},
+		{"frag alone: first to 192.0.2.7", v4("192.0.2.7", 47, 0, 0, true, false), kDefault(ActionPass)},
+	}
+	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
+	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
+}

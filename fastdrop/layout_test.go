@@ -23,8 +23,9 @@ var layoutFingerprints = map[uint32]string{
 	5: "931fce7e2bc24f10", // limit rules: fd_police, bans; their parameters in the record
 	6: "0e46039f9a968cd9", // capture slots in fd_main, fd_cap_cpu; the sample modifier
 	// 7 was h/fields' limit rules with dscp, type and code before it merged main's 6: never released.
-	8: "b33142254a5f7854", // the sample modifier with dscp, icmp type and code
-	9: "85d465a13470dd9a", // fd_rule_rec of 160 bytes: len (FlowSpec type 10)
+	8:  "b33142254a5f7854", // the sample modifier with dscp, icmp type and code
+	9:  "85d465a13470dd9a", // fd_rule_rec of 160 bytes: len (FlowSpec type 10)
+	10: "2ef0de74fd46a2c3", // frag with bits: frag_set, frag_clear
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

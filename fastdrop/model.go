@@ -91,6 +91,7 @@ type packet struct {
 	tcpFlags  uint8 // TCP header byte 13, when hasPorts and TCP
 	dscp      uint8 // IPv4 TOS / IPv6 traffic class >> 2
 	pktLen    int   // len: IPv4 total length, IPv6 40 + payload length
+	fragBits  uint8 // Frag* bits (and fragV6)
 	hasICMP   bool  // ICMP or ICMPv6 (protocol 1 or 58), not a non-first fragment
 	icmpType  uint8
 	icmpCode  uint8
@@ -247,6 +248,13 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 		pkt.dscp = ip[1] >> 2
 		pkt.pktLen = totalLen
 		pkt.fragment = be.Uint16(ip[6:8])&0x1fff != 0
+		{
+			fo := be.Uint16(ip[6:8])
+			pkt.fragBits = fragBitsOf(fo&0x1fff, fo&0x2000 != 0)
+			if fo&0x4000 != 0 {
+				pkt.fragBits |= FragDF
+			}
+		}
 		l4 = off + ihl
 	case EtherTypeIPv6:
 		if !have(off + 40) {
@@ -262,6 +270,7 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 		pkt.pktLen = 40 + int(be.Uint16(ip[4:6]))
 		pkt.src = netip.AddrFrom16([16]byte(ip[8:24]))
 		pkt.dst = netip.AddrFrom16([16]byte(ip[24:40]))
+		pkt.fragBits = fragV6
 		nh := ip[6]
 		cur := off + 40
 		for n := 0; isIPv6ExtHeader(nh); n++ {
@@ -287,6 +296,10 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 				return pkt, false, ext
 			}
 			isFrag := nh == 44
+			if isFrag {
+				fo := be.Uint16(b[cur+2 : cur+4])
+				pkt.fragBits = fragV6 | fragBitsOf(fo>>3, fo&1 != 0)
+			}
 			fragOff := isFrag && be.Uint16(b[cur+2:cur+4])>>3 != 0
 			nh = b[cur]
 			cur += hlen

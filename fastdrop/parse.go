@@ -434,6 +434,8 @@ func (p *parser) rule(r *Rule) *ParseError {
 				return p.errorf("%s", f.need)
 			}
 			v, toks = toks[0], toks[1:]
+		} else if f.flag && f.optional != nil && len(toks) > 0 && f.optional(toks[0]) {
+			v, toks = toks[0], toks[1:]
 		}
 		if *prev != "" {
 			return p.errorf("%s", f.twice(*prev, v))

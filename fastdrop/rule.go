@@ -118,6 +118,9 @@ type Rule struct {
 	// Len matches the IP packet's length (FlowSpec type 10): IPv4 total
 	// length, IPv6 40 + payload length; nil = any.
 	Len *LenRange
+	// FragBits: frag with bits (frag first, frag !df); nil = any. Not
+	// with Fragment (frag alone).
+	FragBits *FragBits
 	// Queue matches the rx queue the frame arrived on, Lo to Hi (0 to
 	// MaxQueue); nil = any.
 	Queue *PortRange

@@ -171,7 +171,9 @@ const (
 	FastdropFdDirectFD_DIR_CODE_END  FastdropFdDirect = 198463
 	FastdropFdDirectFD_DIR_LEN       FastdropFdDirect = 198464
 	FastdropFdDirectFD_DIR_LEN_END   FastdropFdDirect = 329535
-	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 329536
+	FastdropFdDirectFD_DIR_FRAG      FastdropFdDirect = 329536
+	FastdropFdDirectFD_DIR_FRAG_END  FastdropFdDirect = 329599
+	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 329600
 )
 
 type FastdropFdField uint32
@@ -192,7 +194,8 @@ const (
 	FastdropFdFieldFD_FLD_TYPE  FastdropFdField = 12
 	FastdropFdFieldFD_FLD_CODE  FastdropFdField = 13
 	FastdropFdFieldFD_FLD_LEN   FastdropFdField = 14
-	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 15
+	FastdropFdFieldFD_FLD_FRAG  FastdropFdField = 15
+	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 16
 )
 
 type FastdropFdLayout uint32
@@ -201,7 +204,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 9
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 10
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
@@ -223,37 +226,37 @@ const (
 	FastdropFdLayoutFD_FRONT_PORTS_N   FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N   FastdropFdLayout = 1024
 	FastdropFdLayoutFD_QUEUES          FastdropFdLayout = 256
-	FastdropFdLayoutFD_TAB_SRC4        FastdropFdLayout = 329536
-	FastdropFdLayoutFD_TAB_DST4        FastdropFdLayout = 395072
-	FastdropFdLayoutFD_TAB_SRC6        FastdropFdLayout = 460608
-	FastdropFdLayoutFD_TAB_DST6        FastdropFdLayout = 526144
-	FastdropFdLayoutFD_TAB_POOL        FastdropFdLayout = 591680
+	FastdropFdLayoutFD_TAB_SRC4        FastdropFdLayout = 329600
+	FastdropFdLayoutFD_TAB_DST4        FastdropFdLayout = 395136
+	FastdropFdLayoutFD_TAB_SRC6        FastdropFdLayout = 460672
+	FastdropFdLayoutFD_TAB_DST6        FastdropFdLayout = 526208
+	FastdropFdLayoutFD_TAB_POOL        FastdropFdLayout = 591744
 	FastdropFdLayoutFD_TAB_CHUNK       FastdropFdLayout = 256
 	FastdropFdLayoutFD_TAB_CHUNKS      FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS      FastdropFdLayout = 2688832
-	FastdropFdLayoutFD_TAB_FPROTO      FastdropFdLayout = 2950976
-	FastdropFdLayoutFD_TAB_W4          FastdropFdLayout = 2952000
+	FastdropFdLayoutFD_TAB_FPORTS      FastdropFdLayout = 2688896
+	FastdropFdLayoutFD_TAB_FPROTO      FastdropFdLayout = 2951040
+	FastdropFdLayoutFD_TAB_W4          FastdropFdLayout = 2952064
 	FastdropFdLayoutFD_TAB_W4L1        FastdropFdLayout = 1048576
 	FastdropFdLayoutFD_TAB_W4CHUNK     FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL      FastdropFdLayout = 5049152
+	FastdropFdLayoutFD_TAB_W4POOL      FastdropFdLayout = 5049216
 	FastdropFdLayoutFD_TAB_W4CHUNKS    FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF        FastdropFdLayout = 5573440
+	FastdropFdLayoutFD_TAB_HALF        FastdropFdLayout = 5573504
 	FastdropFdLayoutFD_TAB_EXT         FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD        FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT        FastdropFdLayout = 15360
+	FastdropFdLayoutFD_BM_FRONT        FastdropFdLayout = 16384
 	FastdropFdLayoutFD_BM_FRONTS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF         FastdropFdLayout = 19456
-	FastdropFdLayoutFD_B64SRC4         FastdropFdLayout = 329536
-	FastdropFdLayoutFD_B64DST4         FastdropFdLayout = 330560
-	FastdropFdLayoutFD_B64SRC6         FastdropFdLayout = 331584
-	FastdropFdLayoutFD_B64DST6         FastdropFdLayout = 332608
-	FastdropFdLayoutFD_B64PORTS        FastdropFdLayout = 333632
-	FastdropFdLayoutFD_B64FRONT        FastdropFdLayout = 595776
-	FastdropFdLayoutFD_B64HALF         FastdropFdLayout = 596800
+	FastdropFdLayoutFD_BM_HALF         FastdropFdLayout = 20480
+	FastdropFdLayoutFD_B64SRC4         FastdropFdLayout = 329600
+	FastdropFdLayoutFD_B64DST4         FastdropFdLayout = 330624
+	FastdropFdLayoutFD_B64SRC6         FastdropFdLayout = 331648
+	FastdropFdLayoutFD_B64DST6         FastdropFdLayout = 332672
+	FastdropFdLayoutFD_B64PORTS        FastdropFdLayout = 333696
+	FastdropFdLayoutFD_B64FRONT        FastdropFdLayout = 595840
+	FastdropFdLayoutFD_B64HALF         FastdropFdLayout = 596864
 	FastdropFdLayoutFD_CLS_TAB         FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM          FastdropFdLayout = 11146880
-	FastdropFdLayoutFD_CLS_B64         FastdropFdLayout = 11769472
-	FastdropFdLayoutFD_CLS_SIZE        FastdropFdLayout = 16543872
+	FastdropFdLayoutFD_CLS_BM          FastdropFdLayout = 11147008
+	FastdropFdLayoutFD_CLS_B64         FastdropFdLayout = 11802368
+	FastdropFdLayoutFD_CLS_SIZE        FastdropFdLayout = 16577280
 	FastdropFdLayoutFD_V4TBL24         FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP         FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX    FastdropFdLayout = 11
@@ -263,8 +266,8 @@ const (
 	FastdropFdLayoutFD_MAIN_CAP        FastdropFdLayout = 1024
 	FastdropFdLayoutFD_MAIN_HALF       FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS        FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 16547968
-	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 83656832
+	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 16581376
+	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 83690240
 	FastdropFdLayoutFD_V6USED          FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER        FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX        FastdropFdLayout = 4
@@ -306,19 +309,20 @@ type FastdropFdPolice struct {
 type FastdropFdRecFlags uint32
 
 const (
-	FastdropFdRecFlagsFD_REC_SRC   FastdropFdRecFlags = 1
-	FastdropFdRecFlagsFD_REC_DST   FastdropFdRecFlags = 2
-	FastdropFdRecFlagsFD_REC_PROTO FastdropFdRecFlags = 4
-	FastdropFdRecFlagsFD_REC_SPORT FastdropFdRecFlags = 8
-	FastdropFdRecFlagsFD_REC_DPORT FastdropFdRecFlags = 16
-	FastdropFdRecFlagsFD_REC_FRAG  FastdropFdRecFlags = 32
-	FastdropFdRecFlagsFD_REC_TTL   FastdropFdRecFlags = 64
-	FastdropFdRecFlagsFD_REC_FLAGS FastdropFdRecFlags = 128
-	FastdropFdRecFlagsFD_REC_QUEUE FastdropFdRecFlags = 256
-	FastdropFdRecFlagsFD_REC_DSCP  FastdropFdRecFlags = 512
-	FastdropFdRecFlagsFD_REC_TYPE  FastdropFdRecFlags = 1024
-	FastdropFdRecFlagsFD_REC_CODE  FastdropFdRecFlags = 2048
-	FastdropFdRecFlagsFD_REC_LEN   FastdropFdRecFlags = 4096
+	FastdropFdRecFlagsFD_REC_SRC      FastdropFdRecFlags = 1
+	FastdropFdRecFlagsFD_REC_DST      FastdropFdRecFlags = 2
+	FastdropFdRecFlagsFD_REC_PROTO    FastdropFdRecFlags = 4
+	FastdropFdRecFlagsFD_REC_SPORT    FastdropFdRecFlags = 8
+	FastdropFdRecFlagsFD_REC_DPORT    FastdropFdRecFlags = 16
+	FastdropFdRecFlagsFD_REC_FRAG     FastdropFdRecFlags = 32
+	FastdropFdRecFlagsFD_REC_TTL      FastdropFdRecFlags = 64
+	FastdropFdRecFlagsFD_REC_FLAGS    FastdropFdRecFlags = 128
+	FastdropFdRecFlagsFD_REC_QUEUE    FastdropFdRecFlags = 256
+	FastdropFdRecFlagsFD_REC_DSCP     FastdropFdRecFlags = 512
+	FastdropFdRecFlagsFD_REC_TYPE     FastdropFdRecFlags = 1024
+	FastdropFdRecFlagsFD_REC_CODE     FastdropFdRecFlags = 2048
+	FastdropFdRecFlagsFD_REC_LEN      FastdropFdRecFlags = 4096
+	FastdropFdRecFlagsFD_REC_FRAGBITS FastdropFdRecFlags = 8192
 )
 
 type FastdropFdRuleRec struct {
@@ -368,7 +372,9 @@ type FastdropFdRuleRec struct {
 	LenLo      uint16
 	LenHi      uint16
 	LenOp      uint8
-	Rsv        [27]uint8
+	FragSet    uint8
+	FragClear  uint8
+	Rsv        [25]uint8
 }
 
 type FastdropFdSrcKey struct {

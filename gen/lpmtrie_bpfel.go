@@ -134,7 +134,9 @@ type LpmtrieFdRuleRec struct {
 	LenLo      uint16
 	LenHi      uint16
 	LenOp      uint8
-	Rsv        [27]uint8
+	FragSet    uint8
+	FragClear  uint8
+	Rsv        [25]uint8
 }
 
 type LpmtrieFdSrcKey struct {
