@@ -60,7 +60,8 @@ enum fd_field {
 	FD_FLD_CODE = 13,
 	FD_FLD_LEN = 14,
 	FD_FLD_FRAG = 15,
-	FD_FLD_MAX = 16,
+	FD_FLD_PORT = 16,
+	FD_FLD_MAX = 17,
 };
 
 /* The direct fields: compound-rule fields whose value in a frame (8 or 16
@@ -75,7 +76,11 @@ enum fd_field {
  *   PORTS  TCP and UDP frames that are not non-first fragments;
  *   IP     every IPv4 and IPv6 frame;
  *   ANY    every frame (queue: the rx queue, FD_QUEUES for the queues
- *          above, which no rule's range holds).
+ *          above, which no rule's range holds);
+ *   EITHER port (FlowSpec type 4, source or destination port): TCP and
+ *          UDP frames as PORTS, but looked up at both ports, the rules of
+ *          the two ORed; the classifiers read it by name, after the
+ *          others (MEMBER is only for the size check).
  * The classifiers (fd_compound, fd_compound64) read the PORTS and IP
  * fields generically, in this order. Each has the entry of the same name
  * in fastdrop/fields.go's matchFields (its direct member: fd_field, FD_DIR_
@@ -94,7 +99,8 @@ enum fd_field {
 	X(TYPE, icmp_type, 8, IP)      \
 	X(CODE, icmp_code, 8, IP)      \
 	X(LEN, pktlen, 17, IP)         \
-	X(FRAG, fragbits, 6, IP)    
+	X(FRAG, fragbits, 6, IP)       \
+	X(PORT, sport, 16, EITHER)
 
 /* The direct tables' offsets: each table's first entry, then its last
  * (FD_DIR_<NAME>_END), so that the next starts right after it; FD_DIR_END
@@ -120,7 +126,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 10,
+	FD_LAYOUT_VERSION = 11,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
@@ -473,9 +479,12 @@ struct fd_rule_rec {
 	 * must be set and that must be clear. */
 	__u8 frag_set;
 	__u8 frag_clear;
+	__u8 rsv0;
+	__u16 port_lo; /* port: source or destination port in lo-hi */
+	__u16 port_hi;
 	/* Room for the next fields; a field taken from here raises
 	 * FD_LAYOUT_VERSION. */
-	__u8 rsv[25];
+	__u8 rsv[20];
 };
 
 _Static_assert(sizeof(struct fd_rule_rec) == FD_REC_SIZE, "fd_rule_rec size");
@@ -556,6 +565,7 @@ enum fd_rec_flags {
 	FD_REC_CODE = 2048,
 	FD_REC_LEN = 4096,
 	FD_REC_FRAGBITS = 8192,
+	FD_REC_PORT = 16384,
 };
 
 /* fd_rule_rec.len_op: how a numeric field's range was written. */
@@ -904,6 +914,22 @@ static __always_inline int fd_bm_and(struct fd_bm *acc, const struct fd_cls_half
 	return (acc->w[0] | acc->w[1] | acc->w[2] | acc->w[3]) != 0;
 }
 
+/* fd_bm_and2 ANDs the OR of two classes' bitmaps of field fld into acc
+ * (port: the rules its source port allows or its destination port does);
+ * whether any rule is left. */
+static __always_inline int fd_bm_and2(struct fd_bm *acc, const struct fd_cls_half *t,
+				      __u32 fld, __u32 c1, __u32 c2)
+{
+	const struct fd_bm *a = &t->bm[fld * FD_BM_FIELD + (c1 & (FD_BM_FIELD - 1))];
+	const struct fd_bm *b = &t->bm[fld * FD_BM_FIELD + (c2 & (FD_BM_FIELD - 1))];
+
+	acc->w[0] &= a->w[0] | b->w[0];
+	acc->w[1] &= a->w[1] | b->w[1];
+	acc->w[2] &= a->w[2] | b->w[2];
+	acc->w[3] &= a->w[3] | b->w[3];
+	return (acc->w[0] | acc->w[1] | acc->w[2] | acc->w[3]) != 0;
+}
+
 /* The position of the lowest set bit of acc, -1 if none. */
 static __always_inline int fd_bm_first(const struct fd_bm *acc)
 {
@@ -943,7 +969,9 @@ static __always_inline __u32 fd_front_proto(const struct fd_pkt *p)
 #define FD_AFTER_PORTS 1
 #define FD_AFTER_IP 1
 #define FD_AFTER_ANY 1
+#define FD_AFTER_EITHER 1 /* in FD_FLD_DIR_AFTER, but read by name */
 #define FD_HAS_FRONT(p) 0
+#define FD_HAS_EITHER(p) 0
 #define FD_HAS_PORTS(p) ((p)->has_ports)
 #define FD_HAS_IP(p) 1
 #define FD_HAS_ANY(p) 1
@@ -973,6 +1001,7 @@ static __always_inline __u32 fd_front_proto(const struct fd_pkt *p)
 #define FD_NONIP_PORTS 0
 #define FD_NONIP_IP 0
 #define FD_NONIP_ANY 1
+#define FD_NONIP_EITHER 0
 #define FD_X_AND_NONIP(NAME, MEMBER, BITS, WHEN)                                              \
 	if (FD_NONIP_##WHEN && (fields & (1 << FD_FLD_##NAME))) {                              \
 		if (!fd_bm_and(&acc, t, FD_FLD_##NAME, t->tab[FD_DIR_##NAME + FD_DIR_VAL(p, MEMBER, BITS)])) \
@@ -1021,6 +1050,12 @@ static __always_inline int fd_compound(const struct fd_conf *c, const struct fd_
 	if (!(acc.w[0] | acc.w[1] | acc.w[2] | acc.w[3]))
 		return -1;
 	FD_DIRECT_FIELDS(FD_X_AND)
+	/* port: either port's rules (see FD_DIRECT_FIELDS, EITHER). */
+	if (p->has_ports && (fields & (1 << FD_FLD_PORT))) {
+		if (!fd_bm_and2(&acc, t, FD_FLD_PORT, t->tab[FD_DIR_PORT + p->sport],
+				t->tab[FD_DIR_PORT + p->dport]))
+			return -1;
+	}
 	if (p->family == 4) {
 		if (fields & (1 << FD_FLD_SRC4)) {
 			if (!fd_bm_and(&acc, t, FD_FLD_SRC4, fd_trie4(t, FD_TAB_SRC4, p->src4)))
@@ -1112,6 +1147,12 @@ static __always_inline int fd_compound64(const struct fd_conf *c, const struct f
 		return acc ? fd_ctz_hash(acc) : -1;
 	}
 	FD_DIRECT_FIELDS(FD_X_AND64)
+	/* port: either port's rules (see FD_DIRECT_FIELDS, EITHER). */
+	if (p->has_ports && (fields & (1 << FD_FLD_PORT))) {
+		acc &= t->b64[FD_DIR_PORT + p->sport] | t->b64[FD_DIR_PORT + p->dport];
+		if (!acc)
+			return -1;
+	}
 	if (p->family == 4) {
 		if (fields & (1 << FD_FLD_SRC4)) {
 			acc &= t->b64[FD_B64_SRC4 + fd_trie4w(t, 0, p->src4)];

@@ -273,6 +273,7 @@ const (
 	recCode      = 126 // code_lo, code_hi
 	recLen       = 128 // len_lo, len_hi, len_op
 	recFragSet   = 133 // frag_set, frag_clear
+	recPort      = 136 // port_lo, port_hi
 	originLen    = int(gen.FastdropFdLayoutFD_ORIGIN_LEN)
 )
 

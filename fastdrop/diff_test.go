@@ -282,11 +282,14 @@ func (g *diffGen) compound() Rule {
 			if g.rng.IntN(2) == 0 {
 				r.DstPort = g.portRange()
 			}
+			if g.rng.IntN(3) == 0 {
+				r.Port = g.portRange()
+			}
 		}
 		if g.rng.IntN(8) == 0 {
 			r.EtherType = []uint16{EtherTypeIPv4, EtherTypeIPv6, EtherTypeARP, EtherTypeLLDP, 0x88b5}[g.rng.IntN(5)]
 		}
-		if r.SrcPort == nil && r.DstPort == nil && g.rng.IntN(6) == 0 {
+		if r.SrcPort == nil && r.DstPort == nil && r.Port == nil && g.rng.IntN(6) == 0 {
 			r.Fragment = true
 		}
 		if g.rng.IntN(5) == 0 {

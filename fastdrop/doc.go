@@ -31,8 +31,8 @@
 //
 // # Match fields
 //
-// Each match field (src, dst, proto, sport, dport, ether, frag, ttl,
-// flags, queue, dscp, type, code, len) is one entry of matchFields in
+// Each match field (src, dst, proto, sport, dport, port, ether, frag, ttl,
+// flags, queue, dscp, type, code, len, and frag with bits) is one entry of matchFields in
 // fields.go: its keyword and aliases, how its value is parsed and printed,
 // where it sits in [Rule] (offset and store kind), what [Rule.Validate]
 // checks about it, how the model matches it, and how
@@ -57,6 +57,10 @@
 //     fd_field in bpf/fastdrop.h; the compiler (classifier.direct) and
 //     the C classifiers then handle it with no code of its own
 //     (TestDirectFields checks the two sides agree). Its frames member
-//     says which frames can match it (kindAllows);
+//     says which frames can match it (kindAllows). port is the one
+//     direct field read twice (WHEN = EITHER: at both ports, the rules of
+//     the two ORed), by name in the classifiers;
+//   - a field set through another's keyword (frag with bits, which the
+//     frag entry's optional value hands over) is a sub entry;
 //   - add tests and document it in docs/RULES.md.
 package fastdrop

@@ -146,7 +146,7 @@ const (
 // matchFields are the match fields, in the order messages list them and
 // Rule.Validate checks them. init sets it, since entries refer to the
 // table (which a variable's initializer may not); nothing changes it.
-var matchFields [15]matchField
+var matchFields [16]matchField
 
 func init() {
 	matchFields = [...]matchField{
@@ -422,6 +422,7 @@ func init() {
 		icmpField("code", unsafe.Offsetof(Rule{}.ICMPCode), 4),
 		lenField(),
 		fragBitsField(),
+		portEitherField(),
 	}
 }
 

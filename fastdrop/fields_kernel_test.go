@@ -355,3 +355,58 @@ drop frag dst 192.0.2.0/24              # 5
 	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
 	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
 }
+
+// TestKernelPort: port matches a TCP or UDP frame whose source or
+// destination port is in the range (FlowSpec type 4), one rule (one bit,
+// one counter slot) for both; never a non-first fragment or a frame
+// without ports; it ANDs with the other fields, sport and dport included.
+func TestKernelPort(t *testing.T) {
+	rules := `
+pass udp port 53                         # 0
+drop tcp src 192.0.2.0/24 port 1024-2047 # 1
+drop udp sport 123 port 0-9              # 2
+drop tcp port 22 dst 2001:db8::/32       # 3
+`
+	u4 := func(sport, dport uint16) []byte {
+		return spec4("10.1.1.1", "10.2.2.2", frames.ProtoUDP, sport, dport).Build().Bytes
+	}
+	cases := []matchCase{
+		{"udp sport 53", u4(53, 40000), kCompound(ActionPass, 0)},
+		{"udp dport 53", u4(40000, 53), kCompound(ActionPass, 0)},
+		{"udp both 53", u4(53, 53), kCompound(ActionPass, 0)},
+		{"udp neither", u4(52, 54), kDefault(ActionPass)},
+		{"tcp 53 is not udp", spec4("10.1.1.1", "10.2.2.2", frames.ProtoTCP, 53, 80).Build().Bytes, kDefault(ActionPass)},
+		{"tcp from 192.0.2.9 sport 1500", spec4("192.0.2.9", "10.2.2.2", frames.ProtoTCP, 1500, 80).Build().Bytes, kCompound(ActionDrop, 1)},
+		{"tcp from 192.0.2.9 dport 2047", spec4("192.0.2.9", "10.2.2.2", frames.ProtoTCP, 80, 2047).Build().Bytes, kCompound(ActionDrop, 1)},
+		{"tcp from 192.0.2.9 ports 80, 2048", spec4("192.0.2.9", "10.2.2.2", frames.ProtoTCP, 80, 2048).Build().Bytes, kDefault(ActionPass)},
+		{"tcp from 192.0.3.9 sport 1500", spec4("192.0.3.9", "10.2.2.2", frames.ProtoTCP, 1500, 80).Build().Bytes, kDefault(ActionPass)},
+		{"udp sport 123 dport 5", u4(123, 5), kCompound(ActionDrop, 2)},
+		{"udp sport 123 dport 10", u4(123, 10), kDefault(ActionPass)},
+		{"udp sport 5 dport 123 (sport is not 123)", u4(5, 123), kDefault(ActionPass)},
+		{"IPv6 tcp dport 22 to 2001:db8::1", spec6("2001:db9::1", "2001:db8::1", frames.ProtoTCP, 50000, 22).Build().Bytes, kCompound(ActionDrop, 3)},
+		{"IPv6 tcp sport 22 to 2001:db8::1, tagged", tagged(spec6("2001:db9::1", "2001:db8::1", frames.ProtoTCP, 22, 50000), frames.TPID8021Q).Build().Bytes, kCompound(ActionDrop, 3)},
+		{"IPv6 tcp 22 after a hop-by-hop header", spec6("2001:db9::1", "2001:db8::1", frames.ProtoTCP, 22, 50000, frames.ExtHeader{Type: frames.ProtoHopByHop}).Build().Bytes, kCompound(ActionDrop, 3)},
+		{"IPv6 non-first fragment of udp", spec6("2001:db9::1", "2001:db8::1", frames.ProtoUDP, 53, 53, frames.ExtHeader{Type: frames.ProtoFragment, FragOffset: 10}).Build().Bytes, kDefault(ActionPass)},
+		{"IPv4 non-first fragment of udp 53", func() []byte {
+			s := spec4("10.1.1.1", "10.2.2.2", frames.ProtoUDP, 53, 53)
+			s.IPv4FragOffset = 7
+			return s.Build().Bytes
+		}(), kDefault(ActionPass)},
+		{"IPv4 first fragment of udp 53", func() []byte {
+			s := spec4("10.1.1.1", "10.2.2.2", frames.ProtoUDP, 40000, 53)
+			s.IPv4MoreFragments = true
+			return s.Build().Bytes
+		}(), kCompound(ActionPass, 0)},
+		{"icmp", spec4("10.1.1.1", "10.2.2.2", frames.ProtoICMP, 0, 0).Build().Bytes, kDefault(ActionPass)},
+	}
+	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
+	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
+	// IPv4 rules of sport, src and dst only take a shortcut in the
+	// 64-rule classifier (FD_FLD4_ALL); port must keep them off it.
+	t.Run("sport, src, dst and port", func(t *testing.T) {
+		checkCases(t, "drop udp sport 1-65535 src 10.0.0.0/8 dst 10.0.0.0/8 port 53\n", []matchCase{
+			{"udp 53", u4(1000, 53), kCompound(ActionDrop, 0)},
+			{"udp 1000, 2000", u4(1000, 2000), kDefault(ActionPass)},
+		})
+	})
+}

@@ -26,6 +26,7 @@ var layoutFingerprints = map[uint32]string{
 	8:  "b33142254a5f7854", // the sample modifier with dscp, icmp type and code
 	9:  "85d465a13470dd9a", // fd_rule_rec of 160 bytes: len (FlowSpec type 10)
 	10: "2ef0de74fd46a2c3", // frag with bits: frag_set, frag_clear
+	11: "22bfda53491a9f6c", // port (source or destination): port_lo, port_hi
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

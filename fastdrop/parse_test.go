@@ -205,8 +205,8 @@ func TestParseErrors(t *testing.T) {
 		{"malformed redirect", `rules.txt:1: unknown malformed verdict "redirect" (want pass or drop)`},
 		{"malformed drop\nmalformed drop", `rules.txt:2: malformed given twice (also on line 1; at most one malformed line)`},
 		// Fields.
-		{"drop sprt 80", `rules.txt:1: unknown field "sprt" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, len, or tcp, udp, icmp, icmpv6)`},
-		{"drop 10.0.0.0/8", `rules.txt:1: unknown field "10.0.0.0/8" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, len, or tcp, udp, icmp, icmpv6)`},
+		{"drop sprt 80", `rules.txt:1: unknown field "sprt" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, len, port, or tcp, udp, icmp, icmpv6)`},
+		{"drop 10.0.0.0/8", `rules.txt:1: unknown field "10.0.0.0/8" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, len, port, or tcp, udp, icmp, icmpv6)`},
 		{"drop src 10.0.0.0/8 src 11.0.0.0/8", `rules.txt:1: src given twice (each field at most once per rule; write two rules to match either)`},
 		{"drop udp dport 1 dport 2", `rules.txt:1: dport given twice (each field at most once per rule; write two rules to match either)`},
 		{"drop tcp sport 1 sport 2", `rules.txt:1: sport given twice (each field at most once per rule; write two rules to match either)`},
@@ -239,7 +239,7 @@ func TestParseErrors(t *testing.T) {
 		{"drop len 2000-1000", `rules.txt:1: len 2000-1000: range is empty (write the lower value first: 1000-2000)`},
 		{"drop len ==100", `rules.txt:1: len ==100: want a packet length 0-65535, a range like 0-1023, or a comparison like >1024, >=1024, <64 or <=64 (write len 100 for exactly 100)`},
 		{"drop len >x", `rules.txt:1: len >x: "x" is not a number (want a packet length 0-65535, a range like 0-1023, or a comparison like >1024, >=1024, <64 or <=64)`},
-		{"drop ether arp len 60", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code or len: those need an IPv4 or IPv6 frame`},
+		{"drop ether arp len 60", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len or port: those need an IPv4 or IPv6 frame`},
 		{"drop frag df src 2001:db8::/32", `rules.txt:1: frag df: IPv6 has no DF bit (RFC 8956's fragment bits are any, first and last): leave df out of a rule for IPv6`},
 		{"drop ether ipv6 frag !df", `rules.txt:1: frag !df: IPv6 has no DF bit (RFC 8956's fragment bits are any, first and last): leave df out of a rule for IPv6`},
 		{"drop frag first,last", `rules.txt:1: frag first,last never matches: no fragment is both the first and the last (write two rules)`},
@@ -250,11 +250,16 @@ func TestParseErrors(t *testing.T) {
 		{"drop udp dport 53 frag last", `rules.txt:1: frag last never matches together with ports, flags, type or code: a last fragment is not the first and carries no L4 header (write frag first, or leave them out)`},
 		{"drop frag first,bogus", `rules.txt:1: frag first,bogus: unknown fragment bit "bogus" (want frag alone (a fragment other than the first), or fragment bits any, first, last, df separated by commas, each set, or clear with !, as in first or !df or any,!df)`},
 		{"drop frag !nf", `rules.txt:1: frag !nf: unknown fragment bit "nf" (want frag alone (a fragment other than the first), or fragment bits any, first, last, df separated by commas, each set, or clear with !, as in first or !df or any,!df)`},
+		{"drop port 53", `rules.txt:1: port needs protocol tcp or udp (write e.g. "udp port 53")`},
+		{"drop udp port", `rules.txt:1: port needs a value (want a port 0-65535 or a range like 1024-65535)`},
+		{"drop udp port 70000", `rules.txt:1: port 70000: "70000" is not a port (want a port 0-65535 or a range like 1024-65535)`},
+		{"drop udp port 53 frag", `rules.txt:1: frag never matches together with port: non-first fragments carry no L4 header`},
+		{"drop udp port 53 frag last", `rules.txt:1: frag last never matches together with port: a last fragment carries no L4 header (write frag first, or leave port out)`},
 		{"drop dscp 64", `rules.txt:1: dscp 64: 64 is not a codepoint: DSCP has 6 bits, 0-63 (the TOS byte 64 is DSCP 16)`},
 		{"drop dscp", `rules.txt:1: dscp needs a value (want a codepoint 0-63, a range like 8-15, or a name: ef, af11 to af43, cs0 to cs7)`},
 		{"drop dscp ef2", `rules.txt:1: dscp ef2: unknown codepoint name (want a codepoint 0-63, a range like 8-15, or a name: ef, af11 to af43, cs0 to cs7)`},
 		{"drop dscp 20-10", `rules.txt:1: dscp 20-10: range is empty (write the lower value first: 10-20)`},
-		{"drop ether arp ttl 1", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code or len: those need an IPv4 or IPv6 frame`},
+		{"drop ether arp ttl 1", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len or port: those need an IPv4 or IPv6 frame`},
 		{"drop tcp udp", `rules.txt:1: protocol given twice ("tcp", then "udp"; each field at most once per rule, write two rules to match either)`},
 		{"drop proto 6 tcp", `rules.txt:1: protocol given twice ("6", then "tcp"; each field at most once per rule, write two rules to match either)`},
 		// Prefixes.
@@ -311,9 +316,9 @@ func TestParseErrors(t *testing.T) {
 		{"drop ether vlan", `rules.txt:1: ether vlan: never matches: VLAN tags are skipped and ether matches the EtherType after them`},
 		{"drop ether 0x8100", `rules.txt:1: ether 0x8100 never matches: VLAN tags are skipped and ether matches the EtherType after them`},
 		{"drop ether 0x88a8", `rules.txt:1: ether 0x88a8 never matches: VLAN tags are skipped and ether matches the EtherType after them`},
-		{"drop ether arp src 10.0.0.0/8", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code or len: those need an IPv4 or IPv6 frame`},
-		{"drop ether lldp frag", `rules.txt:1: ether lldp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code or len: those need an IPv4 or IPv6 frame`},
-		{"drop ether 0x88e5 udp", `rules.txt:1: ether 0x88e5 never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code or len: those need an IPv4 or IPv6 frame`},
+		{"drop ether arp src 10.0.0.0/8", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len or port: those need an IPv4 or IPv6 frame`},
+		{"drop ether lldp frag", `rules.txt:1: ether lldp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len or port: those need an IPv4 or IPv6 frame`},
+		{"drop ether 0x88e5 udp", `rules.txt:1: ether 0x88e5 never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len or port: those need an IPv4 or IPv6 frame`},
 		{"drop ether ipv4 src 2001:db8::/32", `rules.txt:1: ether ipv4 never matches an IPv6 prefix`},
 		{"drop ether ipv6 dst 10.0.0.0/8", `rules.txt:1: ether ipv6 never matches an IPv4 prefix`},
 		// Whole-file checks.
@@ -367,7 +372,7 @@ func TestParseDuplicateOrder(t *testing.T) {
 	}
 	// Errors in single lines come before repeated prefixes.
 	_, err = Parse(strings.NewReader("drop src 10.0.0.0/8\ndrop src 10.0.0.0/8\ndrop bogus\n"), "r")
-	if want := `r:3: unknown field "bogus" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, len, or tcp, udp, icmp, icmpv6)`; err == nil || err.Error() != want {
+	if want := `r:3: unknown field "bogus" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, len, port, or tcp, udp, icmp, icmpv6)`; err == nil || err.Error() != want {
 		t.Errorf("got %v, want %s", err, want)
 	}
 	// Same address, different length, and IPv4 vs IPv6 are different prefixes.

@@ -121,6 +121,9 @@ type Rule struct {
 	// FragBits: frag with bits (frag first, frag !df); nil = any. Not
 	// with Fragment (frag alone).
 	FragBits *FragBits
+	// Port matches a TCP or UDP frame whose source or destination port
+	// is in the range (FlowSpec type 4); nil = any. Needs as SrcPort.
+	Port *PortRange
 	// Queue matches the rx queue the frame arrived on, Lo to Hi (0 to
 	// MaxQueue); nil = any.
 	Queue *PortRange

@@ -173,7 +173,9 @@ const (
 	FastdropFdDirectFD_DIR_LEN_END   FastdropFdDirect = 329535
 	FastdropFdDirectFD_DIR_FRAG      FastdropFdDirect = 329536
 	FastdropFdDirectFD_DIR_FRAG_END  FastdropFdDirect = 329599
-	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 329600
+	FastdropFdDirectFD_DIR_PORT      FastdropFdDirect = 329600
+	FastdropFdDirectFD_DIR_PORT_END  FastdropFdDirect = 395135
+	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 395136
 )
 
 type FastdropFdField uint32
@@ -195,7 +197,8 @@ const (
 	FastdropFdFieldFD_FLD_CODE  FastdropFdField = 13
 	FastdropFdFieldFD_FLD_LEN   FastdropFdField = 14
 	FastdropFdFieldFD_FLD_FRAG  FastdropFdField = 15
-	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 16
+	FastdropFdFieldFD_FLD_PORT  FastdropFdField = 16
+	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 17
 )
 
 type FastdropFdLayout uint32
@@ -204,7 +207,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 10
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 11
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
@@ -226,37 +229,37 @@ const (
 	FastdropFdLayoutFD_FRONT_PORTS_N   FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N   FastdropFdLayout = 1024
 	FastdropFdLayoutFD_QUEUES          FastdropFdLayout = 256
-	FastdropFdLayoutFD_TAB_SRC4        FastdropFdLayout = 329600
-	FastdropFdLayoutFD_TAB_DST4        FastdropFdLayout = 395136
-	FastdropFdLayoutFD_TAB_SRC6        FastdropFdLayout = 460672
-	FastdropFdLayoutFD_TAB_DST6        FastdropFdLayout = 526208
-	FastdropFdLayoutFD_TAB_POOL        FastdropFdLayout = 591744
+	FastdropFdLayoutFD_TAB_SRC4        FastdropFdLayout = 395136
+	FastdropFdLayoutFD_TAB_DST4        FastdropFdLayout = 460672
+	FastdropFdLayoutFD_TAB_SRC6        FastdropFdLayout = 526208
+	FastdropFdLayoutFD_TAB_DST6        FastdropFdLayout = 591744
+	FastdropFdLayoutFD_TAB_POOL        FastdropFdLayout = 657280
 	FastdropFdLayoutFD_TAB_CHUNK       FastdropFdLayout = 256
 	FastdropFdLayoutFD_TAB_CHUNKS      FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS      FastdropFdLayout = 2688896
-	FastdropFdLayoutFD_TAB_FPROTO      FastdropFdLayout = 2951040
-	FastdropFdLayoutFD_TAB_W4          FastdropFdLayout = 2952064
+	FastdropFdLayoutFD_TAB_FPORTS      FastdropFdLayout = 2754432
+	FastdropFdLayoutFD_TAB_FPROTO      FastdropFdLayout = 3016576
+	FastdropFdLayoutFD_TAB_W4          FastdropFdLayout = 3017600
 	FastdropFdLayoutFD_TAB_W4L1        FastdropFdLayout = 1048576
 	FastdropFdLayoutFD_TAB_W4CHUNK     FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL      FastdropFdLayout = 5049216
+	FastdropFdLayoutFD_TAB_W4POOL      FastdropFdLayout = 5114752
 	FastdropFdLayoutFD_TAB_W4CHUNKS    FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF        FastdropFdLayout = 5573504
+	FastdropFdLayoutFD_TAB_HALF        FastdropFdLayout = 5639040
 	FastdropFdLayoutFD_TAB_EXT         FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD        FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT        FastdropFdLayout = 16384
+	FastdropFdLayoutFD_BM_FRONT        FastdropFdLayout = 17408
 	FastdropFdLayoutFD_BM_FRONTS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF         FastdropFdLayout = 20480
-	FastdropFdLayoutFD_B64SRC4         FastdropFdLayout = 329600
-	FastdropFdLayoutFD_B64DST4         FastdropFdLayout = 330624
-	FastdropFdLayoutFD_B64SRC6         FastdropFdLayout = 331648
-	FastdropFdLayoutFD_B64DST6         FastdropFdLayout = 332672
-	FastdropFdLayoutFD_B64PORTS        FastdropFdLayout = 333696
-	FastdropFdLayoutFD_B64FRONT        FastdropFdLayout = 595840
-	FastdropFdLayoutFD_B64HALF         FastdropFdLayout = 596864
+	FastdropFdLayoutFD_BM_HALF         FastdropFdLayout = 21504
+	FastdropFdLayoutFD_B64SRC4         FastdropFdLayout = 395136
+	FastdropFdLayoutFD_B64DST4         FastdropFdLayout = 396160
+	FastdropFdLayoutFD_B64SRC6         FastdropFdLayout = 397184
+	FastdropFdLayoutFD_B64DST6         FastdropFdLayout = 398208
+	FastdropFdLayoutFD_B64PORTS        FastdropFdLayout = 399232
+	FastdropFdLayoutFD_B64FRONT        FastdropFdLayout = 661376
+	FastdropFdLayoutFD_B64HALF         FastdropFdLayout = 662400
 	FastdropFdLayoutFD_CLS_TAB         FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM          FastdropFdLayout = 11147008
-	FastdropFdLayoutFD_CLS_B64         FastdropFdLayout = 11802368
-	FastdropFdLayoutFD_CLS_SIZE        FastdropFdLayout = 16577280
+	FastdropFdLayoutFD_CLS_BM          FastdropFdLayout = 11278080
+	FastdropFdLayoutFD_CLS_B64         FastdropFdLayout = 11966208
+	FastdropFdLayoutFD_CLS_SIZE        FastdropFdLayout = 17265408
 	FastdropFdLayoutFD_V4TBL24         FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP         FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX    FastdropFdLayout = 11
@@ -266,8 +269,8 @@ const (
 	FastdropFdLayoutFD_MAIN_CAP        FastdropFdLayout = 1024
 	FastdropFdLayoutFD_MAIN_HALF       FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS        FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 16581376
-	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 83690240
+	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 17269504
+	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 84378368
 	FastdropFdLayoutFD_V6USED          FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER        FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX        FastdropFdLayout = 4
@@ -323,6 +326,7 @@ const (
 	FastdropFdRecFlagsFD_REC_CODE     FastdropFdRecFlags = 2048
 	FastdropFdRecFlagsFD_REC_LEN      FastdropFdRecFlags = 4096
 	FastdropFdRecFlagsFD_REC_FRAGBITS FastdropFdRecFlags = 8192
+	FastdropFdRecFlagsFD_REC_PORT     FastdropFdRecFlags = 16384
 )
 
 type FastdropFdRuleRec struct {
@@ -374,7 +378,10 @@ type FastdropFdRuleRec struct {
 	LenOp      uint8
 	FragSet    uint8
 	FragClear  uint8
-	Rsv        [25]uint8
+	Rsv0       uint8
+	PortLo     uint16
+	PortHi     uint16
+	Rsv        [20]uint8
 }
 
 type FastdropFdSrcKey struct {

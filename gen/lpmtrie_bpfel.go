@@ -136,7 +136,10 @@ type LpmtrieFdRuleRec struct {
 	LenOp      uint8
 	FragSet    uint8
 	FragClear  uint8
-	Rsv        [25]uint8
+	Rsv0       uint8
+	PortLo     uint16
+	PortHi     uint16
+	Rsv        [20]uint8
 }
 
 type LpmtrieFdSrcKey struct {
