@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,11 +23,11 @@ import (
 // fakePlane records the rule sets the agent applies.
 type fakePlane struct {
 	mu    sync.Mutex
-	sets  map[string][]string
+	sets  map[string][]string // by interface and origin
 	swaps int
 }
 
-func (f *fakePlane) apply(ic InterfaceConfig, rs *fastdrop.RuleSet) (applied, error) {
+func (f *fakePlane) apply(ic InterfaceConfig, origin string, rs *fastdrop.RuleSet) (applied, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var s []string
@@ -36,15 +37,17 @@ func (f *fakePlane) apply(ic InterfaceConfig, rs *fastdrop.RuleSet) (applied, er
 	if f.sets == nil {
 		f.sets = map[string][]string{}
 	}
-	f.sets[ic.Name] = s
+	f.sets[ic.Name+" "+origin] = s
 	f.swaps++
 	return applied{Mode: "generic"}, nil
 }
 
+// rules are the rules on iface in evaluation order: the files', then
+// the FlowSpec routes'.
 func (f *fakePlane) rules(iface string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return strings.Join(f.sets[iface], "; ")
+	return strings.Join(append(slices.Clone(f.sets[iface+" "+OriginFiles]), f.sets[iface+" "+OriginFlowSpec]...), "; ")
 }
 
 func freePort(t testing.TB) int {
@@ -213,8 +216,8 @@ bgp:
 			t.Errorf("refused %s: reason %q, want redirect to VRF", r.NLRI, r.Reason)
 		}
 	}
-	if got := strings.Join(s.Interfaces[0].BGPRules, "; "); !strings.HasPrefix(want, "pass udp src 192.0.2.0/24; "+got) {
-		t.Errorf("status bgp_rules %q", got)
+	if is := s.Interfaces[0]; is.BGPRules != 4 || is.FileRules != 1 || is.BGPOrigin != OriginFlowSpec || is.FileOrigin != OriginFiles {
+		t.Errorf("status: %d bgp rules (origin %s), %d file rules (origin %s); want 4 (%s), 1 (%s)", is.BGPRules, is.BGPOrigin, is.FileRules, is.FileOrigin, OriginFlowSpec, OriginFiles)
 	}
 
 	an.withdraw(t, memcached)

@@ -34,7 +34,7 @@ func pinnedRules(t *testing.T, iface, pins string) string {
 	}
 	var s []string
 	for _, r := range rs.Rules {
-		s = append(s, r.String())
+		s = append(s, fastdrop.OriginName(r.Origin)+": "+r.String())
 	}
 	return strings.Join(s, "; ")
 }
@@ -51,23 +51,23 @@ func TestKernelPlaneKeepsEngineOpen(t *testing.T) {
 	k := &kernelPlane{pinRoot: pins, cfg: cfg}
 	defer k.close()
 	ic := InterfaceConfig{Name: v.Name, Mode: "auto"}
-	if _, err := k.apply(ic, mustRules(t, "drop udp dport 1001\n")); err != nil {
+	if _, err := k.apply(ic, OriginFiles, mustRules(t, "drop udp dport 1001\n")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.apply(ic, mustRules(t, "drop udp dport 1002\n")); err != nil {
+	if _, err := k.apply(ic, OriginFiles, mustRules(t, "drop udp dport 1002\n")); err != nil {
 		t.Fatal(err)
 	}
 	first := k.engines[v.Name]
 	if first == nil {
 		t.Fatal("no engine kept open after a swap")
 	}
-	if _, err := k.apply(ic, mustRules(t, "drop udp dport 1003\n")); err != nil {
+	if _, err := k.apply(ic, OriginFiles, mustRules(t, "drop udp dport 1003\n")); err != nil {
 		t.Fatal(err)
 	}
 	if k.engines[v.Name] != first {
 		t.Fatal("the engine was opened again though the program is the same")
 	}
-	if got := pinnedRules(t, v.Name, pins); got != "drop udp dport 1003" {
+	if got := pinnedRules(t, v.Name, pins); got != "agent:file: drop udp dport 1003" {
 		t.Fatalf("rules in force %q", got)
 	}
 
@@ -81,10 +81,10 @@ func TestKernelPlaneKeepsEngineOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.apply(ic, mustRules(t, "drop udp dport 1004\n")); err != nil {
+	if _, err := k.apply(ic, OriginFiles, mustRules(t, "drop udp dport 1004\n")); err != nil {
 		t.Fatal(err)
 	}
-	if got := pinnedRules(t, v.Name, pins); got != "drop udp dport 1004" {
-		t.Fatalf("after the program was replaced: rules in force %q, want the agent's new set", got)
+	if got := pinnedRules(t, v.Name, pins); got != "drop: drop udp dport 2000; agent:file: drop udp dport 1004" {
+		t.Fatalf("after the program was replaced: rules in force %q, want the other command's rule and the agent's new set", got)
 	}
 }

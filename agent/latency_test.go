@@ -34,9 +34,9 @@ type recPlane struct {
 	swaps int
 }
 
-func (p *recPlane) apply(ic InterfaceConfig, rs *fastdrop.RuleSet) (applied, error) {
+func (p *recPlane) apply(ic InterfaceConfig, origin string, rs *fastdrop.RuleSet) (applied, error) {
 	t0 := time.Now()
-	res, err := p.inner.apply(ic, rs)
+	res, err := p.inner.apply(ic, origin, rs)
 	now := time.Now()
 	if os.Getenv("XDPDROP_BENCH_DEBUG") != "" {
 		fmt.Fprintf(os.Stderr, "apply %d rules: %s (reloaded %v)\n", len(rs.Rules), now.Sub(t0), res.Reloaded)
@@ -226,7 +226,7 @@ bgp:
 		}
 		eventually(b, "every route withdrawn", 120*time.Second, func() bool {
 			s := ag.Status()
-			return s.BGP.Received == 0 && len(s.Interfaces[0].BGPRules) == 0
+			return s.BGP.Received == 0 && s.Interfaces[0].BGPRules == 0
 		})
 	}
 	b.StopTimer()
@@ -295,8 +295,8 @@ bgp:
 		b.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	read := func() Status { // the file lists every rule: read it seldom
-		time.Sleep(time.Second)
+	read := func() Status {
+		time.Sleep(100 * time.Millisecond)
 		var s Status
 		if bs, err := os.ReadFile(status); err == nil {
 			_ = jsonUnmarshal(bs, &s)
