@@ -23,6 +23,7 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 	__u32 zero = 0, half, verdict;
 	struct xdp_md *volatile ctx_slot = ctx;
 	const struct fd_half *volatile h_slot;
+	struct fd_main *volatile m_slot;
 	struct fd_main *m;
 	struct fd_result r;
 
@@ -39,6 +40,7 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 	 * too (as rcu_dereference relies on). */
 	half = *(volatile __u32 *)&m->state.active & 1;
 	h_slot = &m->half[half];
+	m_slot = m;
 
 	r = fd_match(&m->half[half], ctx, &bytes);
 	if (bytes & PARSE_LEN_CHECK)
@@ -46,6 +48,16 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 	/* One counter per frame: its slot's action gives the verdict. */
 	fd_count(fd_val_slot(r.val), bytes);
 	verdict = fd_xdp_verdict(ctx_slot, fd_val_action(r.val), bytes);
+
+	/* Captures (capture.h): with none running, this test is all. */
+	if (!trace) {
+		const struct fd_main *mm = m_slot;
+		__u32 active = *(volatile __u32 *)&mm->cap_active;
+
+		if (active)
+			fd_cap_sample(ctx_slot, &mm->cap, r.val,
+				      active << 8 | verdict, bytes);
+	}
 
 	if (trace) {
 		struct fd_trace_rec *t;

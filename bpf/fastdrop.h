@@ -55,7 +55,10 @@ enum fd_field {
 	FD_FLD_TTL = 8,
 	FD_FLD_FLAGS = 9,
 	FD_FLD_QUEUE = 10,
-	FD_FLD_MAX = 11,
+	FD_FLD_DSCP = 11,
+	FD_FLD_TYPE = 12,
+	FD_FLD_CODE = 13,
+	FD_FLD_MAX = 14,
 };
 
 /* The direct fields: compound-rule fields whose value in a frame (8 or 16
@@ -83,8 +86,11 @@ enum fd_field {
 	X(DPORT, dport, 16, FRONT)     \
 	X(PROTO, proto, 8, FRONT)      \
 	X(TTL, ttl, 8, IP)             \
-	X(FLAGS, tcpflags, 8, PORTS)    \
-	X(QUEUE, queue, 9, ANY)
+	X(FLAGS, tcpflags, 8, PORTS)   \
+	X(QUEUE, queue, 9, ANY)        \
+	X(DSCP, dscp, 6, IP)           \
+	X(TYPE, icmp_type, 8, IP)      \
+	X(CODE, icmp_code, 8, IP)
 
 /* The direct tables' offsets: each table's first entry, then its last
  * (FD_DIR_<NAME>_END), so that the next starts right after it; FD_DIR_END
@@ -110,7 +116,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 5,
+	FD_LAYOUT_VERSION = 8,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 128,    /* struct fd_rule_rec */
@@ -232,7 +238,9 @@ enum fd_layout {
 	/* Byte offsets in struct fd_main (the value of fd_main): the state,
 	 * the stamp, then the halves, each its fd_conf, its compound
 	 * tables and its tbl24 (struct fd_half, FD_HALF_SIZE bytes). */
+	FD_MAIN_CAP_ACTIVE = 16,
 	FD_MAIN_STAMP = 64,
+	FD_MAIN_CAP = 1024,
 	FD_MAIN_HALF = 4096,
 	FD_HALF_CLS = 4096,
 	FD_HALF_TBL24 = FD_HALF_CLS + FD_CLS_SIZE,
@@ -390,7 +398,7 @@ struct fd_v6_ent {
 };
 
 /* A rule as stored for recovery by a later process (fd_rules[slot]). The
- * program never reads it. A rule is in the rule set of generation G (see
+ * program reads only its sample member (fd_cap_sample). A rule is in the rule set of generation G (see
  * fd_state) if gen_added <= G and (gen_removed == 0 or G < gen_removed),
  * compared as serial numbers: a change writes the records of the rules it
  * adds and removes before it flips, and a later process that finds the
@@ -422,9 +430,12 @@ struct fd_rule_rec {
 	__u8 tcp_exact; /* flags: 1 for ==, the byte is exactly tcp_set */
 	__u16 queue_lo;
 	__u16 queue_hi;
-	/* Room for the values of match fields to come (FlowSpec's, issue
-	 * 20): match fields take their bytes from here. */
-	__u8 match[4];
+	/* The match fields' bytes (FlowSpec's, issue 20): dscp here,
+	 * ICMP type and code after the limit parameters. */
+	__u8 dscp_lo;
+	__u8 dscp_hi;
+	__u8 dscp_named; /* 1: written by name (ef, af11, cs1, ...) */
+	__u8 type_named; /* 1: type written by name (echo-request, ...) */
 	/* Where the rule came from (fastdrop.Rule.Origin): a name of at most
 	 * FD_ORIGIN_LEN bytes, NUL-padded; all NUL for the default origin. */
 	char origin[FD_ORIGIN_LEN];
@@ -438,10 +449,17 @@ struct fd_rule_rec {
 	__u8 lim_len4;    /* per src/N: the IPv4 prefix length */
 	__u8 lim_len6;
 	__u8 lim_pad[3];
-	/* For sample parameters: other features take their bytes from here
-	 * (and shrink it), never from the match fields'. A record of 128
-	 * bytes has no more room: the next feature grows FD_REC_SIZE. */
-	__u8 reserved[8];
+	/* The rule's sample modifier: 1 in sample of its frames go to
+	 * fd_cap_samples (capture.h); 0: none. The one member the program
+	 * reads but for limit rules', and only while cap_active has
+	 * FD_CAP_RULES. */
+	__u32 sample;
+	__u8 type_lo; /* ICMP / ICMPv6 type */
+	__u8 type_hi;
+	__u8 code_lo;
+	__u8 code_hi;
+	/* A record of 128 bytes has no more room: the next feature (or
+	 * match field) grows FD_REC_SIZE. */
 };
 
 _Static_assert(sizeof(struct fd_rule_rec) == FD_REC_SIZE, "fd_rule_rec size");
@@ -517,6 +535,9 @@ enum fd_rec_flags {
 	FD_REC_TTL = 64,
 	FD_REC_FLAGS = 128,
 	FD_REC_QUEUE = 256,
+	FD_REC_DSCP = 512,
+	FD_REC_TYPE = 1024,
+	FD_REC_CODE = 2048,
 };
 
 /* What xdp_fastdrop_trace prepends to the frame in a test run. */
@@ -541,6 +562,9 @@ struct fd_pkt {
 	__u8 proto;
 	__u8 ttl;      /* IPv4 TTL, IPv6 hop limit */
 	__u8 tcpflags; /* TCP header byte 13 (CWR ... FIN), when has_ports; 0 for UDP */
+	__u8 dscp;     /* the top 6 bits of the IPv4 TOS / IPv6 traffic class */
+	__u8 icmp_type; /* ICMP or ICMPv6 (first fragments), else 0 */
+	__u8 icmp_code;
 	__u8 nonfirst; /* a fragment with offset != 0 */
 	__u8 has_ports;
 	__u8 kind; /* family (0, 4 or 8) | nonfirst << 1 | has_ports */
@@ -555,6 +579,8 @@ struct fd_result {
 	__u32 class;
 	__u32 index;
 };
+
+#include "capture.h"
 
 /* ---- maps ---- */
 
@@ -577,14 +603,22 @@ struct fd_half {
  * writes it through mmap: the inactive half, then state.active. */
 struct fd_main {
 	struct fd_state state;
-	__u8 pad0[FD_MAIN_STAMP - sizeof(struct fd_state)];
+	/* Bit i: capture slot i is in use (capture.h). Non-zero makes the
+	 * program offer each frame to fd_cap_sample; beside state.active,
+	 * in the cache line every frame reads anyway. */
+	__u32 cap_active;
+	__u8 pad0[FD_MAIN_STAMP - FD_MAIN_CAP_ACTIVE - 4];
 	struct fd_stamp stamp;
-	__u8 pad[FD_MAIN_HALF - FD_MAIN_STAMP - sizeof(struct fd_stamp)];
+	__u8 pad1[FD_MAIN_CAP - FD_MAIN_STAMP - sizeof(struct fd_stamp)];
+	struct fd_cap_ctl cap;
+	__u8 pad[FD_MAIN_HALF - FD_MAIN_CAP - sizeof(struct fd_cap_ctl)];
 	struct fd_half half[2];
 };
 
 _Static_assert(sizeof(struct fd_state) <= FD_MAIN_STAMP, "fd_main layout");
 _Static_assert(__builtin_offsetof(struct fd_main, stamp) == FD_MAIN_STAMP, "fd_main layout");
+_Static_assert(__builtin_offsetof(struct fd_main, cap_active) == FD_MAIN_CAP_ACTIVE, "fd_main layout");
+_Static_assert(__builtin_offsetof(struct fd_main, cap) == FD_MAIN_CAP, "fd_main layout");
 _Static_assert(sizeof(struct fd_conf) <= FD_HALF_CLS, "fd_half layout");
 _Static_assert(sizeof(struct fd_v6_ent) == FD_V6_ENT_SIZE, "fd_v6_ent size");
 _Static_assert(sizeof(struct counter) == FD_COUNTER_SIZE, "counter size");
@@ -745,6 +779,10 @@ volatile const struct {
 	enum fd_lim_flags lim_flags;
 	struct fd_pcnt pcnt;
 	struct fd_ban ban;
+	enum fd_cap_layout cap_layout;
+	struct fd_cap_ctl cap;
+	struct fd_cap_cnt cap_cnt;
+	struct fd_cap_rec cap_rec;
 } fd_btf_anchor = {};
 
 /* ---- compound rules: bit-vector classifier ---- */
@@ -1366,6 +1404,18 @@ static __always_inline int fd_ports(struct fd_pkt *p, void *pos, void *data_end)
 	return 0;
 }
 
+/* fd_icmp reads the type and code of a first ICMP or ICMPv6 fragment at
+ * pos and adds them to p; -1 if its first 4 bytes (type, code, checksum)
+ * are cut short. */
+static __always_inline int fd_icmp(struct fd_pkt *p, void *pos, void *data_end)
+{
+	if (pos + 4 > data_end)
+		return -1;
+	p->icmp_type = ((__u8 *)pos)[0];
+	p->icmp_code = ((__u8 *)pos)[1];
+	return 0;
+}
+
 /* What fd_decide needs besides the frame. */
 struct fd_env {
 	const struct fd_half *h;
@@ -1421,6 +1471,8 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	p.sport = 0;
 	p.dport = 0;
 	p.tcpflags = 0;
+	p.icmp_type = 0;
+	p.icmp_code = 0;
 	p.queue = ctx->rx_queue_index < FD_QUEUES ? ctx->rx_queue_index : FD_QUEUES;
 
 	if (et == ETH_P_IP) {
@@ -1432,6 +1484,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		p.family = 4;
 		p.proto = proto;
 		p.ttl = iph->ttl;
+		p.dscp = iph->tos >> 2;
 		p.src4 = bpf_ntohl(iph->saddr);
 		p.dst4 = bpf_ntohl(iph->daddr);
 		if (iph->frag_off & bpf_htons(0x1fff)) {
@@ -1445,6 +1498,9 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 				return fd_malformed(len, decide, arg);
 			return decide(arg, &p);
 		}
+		if ((proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6) &&
+		    fd_icmp(&p, nh.pos, data_end) < 0)
+			return fd_malformed(len, decide, arg);
 		return decide(arg, &p);
 	}
 	if (et == ETH_P_IPV6) {
@@ -1454,6 +1510,8 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		if (proto < 0)
 			return fd_malformed(len, decide, arg);
 		p.ttl = ip6h->hop_limit;
+		/* Traffic class: the 8 bits after the version. */
+		p.dscp = (bpf_ntohl(*(__be32 *)ip6h) >> 22) & 0x3f;
 		__builtin_memcpy(p.src6, &ip6h->saddr, 16);
 		__builtin_memcpy(p.dst6, &ip6h->daddr, 16);
 		proto = skip_ip6hdrext(&nh, data_end, proto, &p.nonfirst);
@@ -1473,6 +1531,9 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 				return fd_malformed(len, decide, arg);
 			return decide(arg, &p);
 		}
+		if ((proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6) &&
+		    fd_icmp(&p, nh.pos, data_end) < 0)
+			return fd_malformed(len, decide, arg);
 		return decide(arg, &p);
 	}
 	/* Not IP: nothing says how long the frame is but the frame. */
@@ -1481,6 +1542,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	p.kind = 0;
 	p.proto = 0;
 	p.ttl = 0;
+	p.dscp = 0;
 	p.src4 = 0;
 	p.dst4 = 0;
 	return decide(arg, &p);
@@ -1658,6 +1720,146 @@ static __always_inline void fd_count(__u32 slot, __u64 bytes)
 
 	if (row && slot < fd_counter_slots)
 		count(&row[slot], bytes);
+}
+
+/* ---- captures (capture.h) ---- */
+
+/* fd_cap_send puts a sample of the frame together in pc and writes it
+ * into ring; non-zero if the ring is full. how: verdict << 8 | class,
+ * and FD_CAP_F_RULE << 16 for a rule's sample modifier. */
+static __always_inline long fd_cap_send(struct xdp_md *ctx, void *ring, struct fd_cap_cpu *pc,
+					__u32 snaplen, __u32 val, __u32 nonce, __u32 how, __u32 len)
+{
+	__u32 caplen = snaplen < len ? snaplen : len;
+
+	/* Opaque: clang would otherwise test a copy, and the verifier must
+	 * see the bounds on the register the helper gets. */
+	fd_opaque(caplen);
+	if (caplen >= 1 && caplen <= FD_CAP_SNAP_MAX) {
+		if (bpf_xdp_load_bytes(ctx, 0, pc->data, caplen) < 0)
+			caplen = 0;
+	} else {
+		caplen = 0;
+	}
+	pc->rec.tstamp = bpf_ktime_get_ns();
+	pc->rec.len = len;
+	pc->rec.caplen = caplen;
+	pc->rec.val = val;
+	pc->rec.nonce = nonce;
+	pc->rec.cpu = bpf_get_smp_processor_id();
+	pc->rec.queue = ctx->rx_queue_index;
+	pc->rec.verdict = how >> 8;
+	pc->rec.class = how;
+	pc->rec.flags = how >> 16;
+	return bpf_ringbuf_output(ring, &pc->rec, sizeof(pc->rec) + (caplen & 0x3fff), 0);
+}
+
+/* fd_cap_one sends the frame to capture slot i if its selection takes
+ * it. bits: the frame's FD_CAP_V_* bits. */
+static __always_inline void fd_cap_one(struct xdp_md *ctx, const struct fd_cap_sel *sel,
+				       struct fd_cap_cpu *pc, __u32 i, __u32 bits, __u32 val,
+				       __u32 class, __u32 verdict, __u32 len)
+{
+	struct fd_cap_cnt *c = &pc->cnt[i & (FD_CAP_SLOTS - 1)];
+	__u32 nonce = sel->nonce;
+	void *ring;
+
+	if (sel->verdicts && !(sel->verdicts & bits))
+		return;
+	if (sel->slot && sel->slot != (val & FD_VAL_SLOT_MASK))
+		return;
+	if (sel->queue && sel->queue != ctx->rx_queue_index + 1)
+		return;
+	if (c->nonce != nonce) {
+		/* A new registration in this slot: its own counts. */
+		c->seen = c->sent = c->lost = c->win = 0;
+		c->nwin = c->skip = 0;
+		c->nonce = nonce;
+	}
+	c->seen++;
+	if (c->skip) {
+		c->skip--;
+		return;
+	}
+	if (sel->every > 1)
+		c->skip = sel->every - 1;
+	if (sel->per_sec) {
+		__u64 now = bpf_ktime_get_ns();
+
+		if (now - c->win >= 1000000000ULL) {
+			c->win = now;
+			c->nwin = 0;
+		}
+		if (c->nwin >= sel->per_sec)
+			return;
+		c->nwin++;
+	}
+	ring = bpf_map_lookup_elem(&fd_cap_rings, &i);
+	if (!ring)
+		return;
+	if (fd_cap_send(ctx, ring, pc, sel->snaplen, val, nonce, verdict << 8 | class, len))
+		c->lost++;
+	else
+		c->sent++;
+}
+
+/* fd_cap_rule sends 1 in N of the frames of a rule with a sample
+ * modifier to fd_cap_samples: those whose count in the rule's counter
+ * (this CPU's, which fd_count has just raised) is a multiple of N. */
+static __always_inline void fd_cap_rule(struct xdp_md *ctx, struct fd_cap_cpu *pc, __u32 cpu,
+					__u32 slot, __u32 val, __u32 verdict, __u32 len)
+{
+	const struct fd_rule_rec *rec = bpf_map_lookup_elem(&fd_rules, &slot);
+	struct counter *row;
+	__u32 n;
+
+	if (!rec || !(n = rec->sample))
+		return;
+	row = bpf_map_lookup_elem(&fd_counters, &cpu);
+	if (!row || slot >= fd_counter_slots || row[slot].packets % n)
+		return;
+	if (fd_cap_send(ctx, &fd_cap_samples, pc, FD_CAP_RULE_SNAP, val, 0,
+			FD_CAP_F_RULE << 16 | verdict << 8, len))
+		pc->rule_lost++;
+	else
+		pc->rule_sent++;
+}
+
+/* fd_cap_sample offers a frame whose verdict is known to every capture
+ * whose bit is set in active (struct fd_main's cap_active, read by the
+ * caller). A global function: verified once, and the program's path
+ * without captures carries none of it. BPF passes at most five arguments:
+ * how is active << 8 | XDP verdict. The stage that decided follows from
+ * val's counter slot (FD_SLOT_*), which keeps the caller from carrying it
+ * in a register through the match. Returns 0. */
+__noinline int fd_cap_sample(struct xdp_md *ctx, const struct fd_cap_ctl *cap, __u32 val,
+			     __u32 how, __u32 len)
+{
+	__u32 cpu = bpf_get_smp_processor_id(), bits, i;
+	__u32 active = how >> 8, verdict = how & 0xff, slot = val & FD_VAL_SLOT_MASK, class;
+	struct fd_cap_cpu *pc;
+
+	if (!ctx || !cap)
+		return 0;
+	pc = bpf_map_lookup_elem(&fd_cap_cpu, &cpu);
+	if (!pc)
+		return 0;
+	bits = 1u << (verdict & 7);
+	if (slot < FD_SLOT_DEFAULT) {
+		class = FD_CLASS_MALFORMED;
+		bits |= FD_CAP_V_MALFORMED;
+	} else if (slot < FD_SLOT_RULES) {
+		class = FD_CLASS_DEFAULT;
+	} else {
+		class = 0; /* a rule's: compound or prefix, the rule says */
+	}
+	for (i = 0; i < FD_CAP_SLOTS; i++) {
+		if (active & (1u << i))
+			fd_cap_one(ctx, &cap->sel[i], pc, i, bits, val, class, verdict, len);
+	}
+	if ((active & FD_CAP_RULES) && slot >= FD_SLOT_RULES)
+		fd_cap_rule(ctx, pc, cpu, slot, val, verdict, len);
+	return 0;
 }
 
 #endif /* XDPDROP_FASTDROP_H */

@@ -247,26 +247,31 @@ const (
 // Byte offsets in struct fd_rule_rec; TestRecordLayout checks them against
 // the generated type.
 const (
-	recAction  = 0
-	recFamily  = 1
-	recSrcLen  = 2
-	recDstLen  = 3
-	recFlags   = 4 // u32
-	recLine    = 8
-	recOrder   = 12
-	recAdded   = 16
-	recRemoved = 20
-	recSrc     = 24
-	recDst     = 40
-	recEther   = 56
-	recSport   = 58
-	recDport   = 62
-	recProto   = 66
-	recTTL     = 67
-	recTCPSet  = 69 // then tcp_clear, tcp_exact
-	recQueue   = 72 // queue_lo, queue_hi
-	recOrigin  = 80
-	originLen  = int(gen.FastdropFdLayoutFD_ORIGIN_LEN)
+	recAction    = 0
+	recFamily    = 1
+	recSrcLen    = 2
+	recDstLen    = 3
+	recFlags     = 4 // u32
+	recLine      = 8
+	recOrder     = 12
+	recAdded     = 16
+	recRemoved   = 20
+	recSrc       = 24
+	recDst       = 40
+	recEther     = 56
+	recSport     = 58
+	recDport     = 62
+	recProto     = 66
+	recTTL       = 67
+	recTCPSet    = 69 // then tcp_clear, tcp_exact
+	recQueue     = 72 // queue_lo, queue_hi
+	recDSCP      = 76 // dscp_lo, dscp_hi, dscp_named
+	recTypeNamed = 79
+	recOrigin    = 80
+	recSample    = 120 // u32, the sample modifier's N
+	recType      = 124 // type_lo, type_hi
+	recCode      = 126 // code_lo, code_hi
+	originLen    = int(gen.FastdropFdLayoutFD_ORIGIN_LEN)
 )
 
 // recLive reports whether a record with generations added and removed is
@@ -295,6 +300,7 @@ func encodeRecord(b []byte, r *Rule, order, added, removed uint32) {
 	le.PutUint32(b[recOrder:], order)
 	le.PutUint32(b[recAdded:], added)
 	le.PutUint32(b[recRemoved:], removed)
+	le.PutUint32(b[recSample:], r.Sample)
 }
 
 // decodeRecord reads a record; ok is false for a free slot.
@@ -323,6 +329,7 @@ func decodeRecordInto(b []byte, r *Rule) (order uint32) {
 	if o := b[recOrigin : recOrigin+originLen]; o[0] != 0 {
 		r.Origin = internOrigin(o)
 	}
+	r.Sample = le.Uint32(b[recSample:])
 	return le.Uint32(b[recOrder:])
 }
 
@@ -554,7 +561,7 @@ func kindAllows(r *Rule, fam int, nonfirst, ports bool) bool {
 		if !f.isSet(r) {
 			continue
 		}
-		if f.ip && fam == 0 || f.frames == framesPorts && !ports || f.frames == framesNonfirst && !nonfirst {
+		if f.ip && fam == 0 || f.frames == framesPorts && !ports || f.frames == framesNonfirst && !nonfirst || f.frames == framesFirst && nonfirst {
 			return false
 		}
 		if f.store == storePrefix {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdpdrop/xdpdrop/gen"
 )
 
 // The table mirrors are kept as Go slices of the element types the program
@@ -121,6 +123,23 @@ func (w *activeWord) ptr() *uint32 { return (*uint32)(unsafe.Pointer(&w.b[0])) }
 func (w *activeWord) store(v uint32) { atomic.StoreUint32(w.ptr(), v) }
 
 func (w *activeWord) load() uint32 { return atomic.LoadUint32(w.ptr()) }
+
+// setRuleSamples sets or clears FD_CAP_RULES in fd_main's cap_active
+// (capture.h), which is in the same page: captures change the word's
+// other bits from other processes, so only atomically.
+func (w *activeWord) setRuleSamples(on bool) {
+	p := (*atomic.Uint32)(unsafe.Pointer(&w.b[capActiveOff]))
+	if on {
+		p.Or(capRules)
+	} else {
+		p.And(^capRules)
+	}
+}
+
+const (
+	capActiveOff = int(gen.FastdropFdLayoutFD_MAIN_CAP_ACTIVE)
+	capRules     = uint32(gen.FastdropFdCapLayoutFD_CAP_RULES)
+)
 
 func (w *activeWord) close() error {
 	if w == nil || w.b == nil {

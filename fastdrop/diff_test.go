@@ -91,6 +91,9 @@ func (g *diffGen) frame() []byte {
 	if g.rng.IntN(2) == 0 {
 		s.TTL = g.ttl()
 	}
+	if g.rng.IntN(2) == 0 {
+		s.TOS = g.dscp()<<2 | uint8(g.rng.IntN(4))
+	}
 	f := s.Build()
 	if s.Proto == ProtoTCP && f.L4 >= 0 && f.L4+14 <= len(f.Bytes) && g.rng.IntN(2) == 0 {
 		f.Bytes[f.L4+13] = g.flagByte()
@@ -177,6 +180,16 @@ func (g *diffGen) tcpFlags() *TCPFlags {
 	return &TCPFlags{Set: set, Clear: clear}
 }
 
+// diffDSCPs are the codepoints rules and frames are drawn from.
+var diffDSCPs = []uint8{0, 8, 10, 26, 34, 46, 48, 63}
+
+func (g *diffGen) dscp() uint8 {
+	if g.rng.IntN(4) == 0 {
+		return uint8(g.rng.IntN(64))
+	}
+	return diffDSCPs[g.rng.IntN(len(diffDSCPs))]
+}
+
 // diffQueues are the rx queues of the veth the differential tests run
 // frames on; rules name queues up to diffQueues+1, so some match none.
 const diffQueues = 8
@@ -241,6 +254,33 @@ func (g *diffGen) compound() Rule {
 		}
 		if r.HasProto && r.Proto == ProtoTCP && g.rng.IntN(2) == 0 {
 			r.TCPFlags = g.tcpFlags()
+		}
+		if r.HasProto && (r.Proto == ProtoICMP || r.Proto == ProtoICMPv6) && !r.Fragment {
+			types := []uint8{0, 3, 8, 11, 1, 128, 129, 135}
+			if g.rng.IntN(2) == 0 {
+				lo, hi := types[g.rng.IntN(len(types))], types[g.rng.IntN(len(types))]
+				if g.rng.IntN(2) == 0 {
+					hi = lo
+				}
+				r.ICMPType = &ICMPType{Lo: min(lo, hi), Hi: max(lo, hi)}
+				if lo == hi && icmpTypeName(r.Proto, lo) != "" && g.rng.IntN(2) == 0 {
+					r.ICMPType.Named = true
+				}
+			}
+			if g.rng.IntN(3) == 0 {
+				c := uint8(g.rng.IntN(16))
+				r.ICMPCode = &ByteRange{Lo: c, Hi: c + uint8(g.rng.IntN(3))}
+			}
+		}
+		if g.rng.IntN(6) == 0 {
+			lo, hi := g.dscp(), g.dscp()
+			if g.rng.IntN(2) == 0 {
+				hi = lo
+			}
+			r.DSCP = &DSCPRange{Lo: min(lo, hi), Hi: max(lo, hi)}
+			if lo == hi && dscpName(lo) != "" && g.rng.IntN(2) == 0 {
+				r.DSCP.Named = true
+			}
 		}
 		if g.rng.IntN(3) == 0 {
 			lo, hi := uint16(g.rng.IntN(diffQueues+2)), uint16(g.rng.IntN(diffQueues+2))

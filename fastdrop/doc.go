@@ -32,9 +32,10 @@
 // # Match fields
 //
 // Each match field (src, dst, proto, sport, dport, ether, frag, ttl,
-// flags, queue) is one entry of matchFields in fields.go: its keyword and
-// aliases, how its value is parsed and printed, where it sits in [Rule] (offset and store kind),
-// what [Rule.Validate] checks about it, how the model matches it, and how
+// flags, queue, dscp, type, code) is one entry of matchFields in
+// fields.go: its keyword and aliases, how its value is parsed and printed,
+// where it sits in [Rule] (offset and store kind), what [Rule.Validate]
+// checks about it, how the model matches it, and how
 // it is kept in a rule record (its FD_REC_* flag and the members of struct
 // fd_rule_rec it uses). The parser's keywords, [Rule.String],
 // [Rule.Validate], [Rule.IsPrefixOnly], the model and the record encoding
@@ -50,7 +51,7 @@
 //   - read its bytes in the C frame parser (fd_pkt) and in the model's
 //     parseFrame;
 //   - a field looked up by an 8- or 16-bit value of the frame (ether,
-//     proto, ports, ttl, flags) is a direct field: give its entry a direct member
+//     proto, ports, ttl, flags, dscp, ICMP type and code) is a direct field: give its entry a direct member
 //     (its enum fd_field value, FD_DIR_ offset, bits and the spans of
 //     values a rule allows) and add it to FD_DIRECT_FIELDS and enum
 //     fd_field in bpf/fastdrop.h; the compiler (classifier.direct) and

@@ -257,6 +257,8 @@ var mapNames = []string{
 	gen.FastdropMapFdRules,
 	gen.FastdropMapFdXsks, gen.FastdropMapFdXskCounters,
 	gen.FastdropMapFdPolicers, gen.FastdropMapFdPolCnt, gen.FastdropMapFdPolSrc, gen.FastdropMapFdBans,
+	// Captures (package capture): per-CPU counts and each capture's ring.
+	gen.FastdropMapFdCapCpu, gen.FastdropMapFdCapRings, gen.FastdropMapFdCapSamples,
 }
 
 // socketMaps are the maps of the AF_XDP sockets (sockets.go), which a
@@ -305,6 +307,7 @@ type Engine struct {
 	nextSlot   uint32
 	ncompound  int
 	maxOrder   uint32 // the largest order a record holds
+	nsampled   int    // rules with a sample modifier
 
 	v4      *v4Table
 	v6      *v6Table
@@ -368,6 +371,7 @@ func New(opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdTestClock, err)
 		}
 	}
+	spec.Maps[gen.FastdropMapFdCapCpu].MaxEntries = uint32(ncpu)
 	if err := spec.Variables[gen.FastdropVarFdCounterSlots].Set(uint32(nslots)); err != nil {
 		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdCounterSlots, err)
 	}
@@ -692,7 +696,7 @@ func (e *Engine) Apply(rs *RuleSet) error {
 // ApplyOrigin replaces the rules of one origin (see origin.go) with
 // rs.Rules, atomically, and leaves the rules of every other origin as they
 // are; rules that stay keep their counters. rs's rules take origin as
-// their Origin. rs.Policy and rs.Malformed, where not zero, become the
+// their Origin (set in rs.Rules itself). rs.Policy and rs.Malformed, where not zero, become the
 // program's policy and malformed verdict; zero leaves them as they are.
 // An empty rs removes the origin's rules.
 func (e *Engine) ApplyOrigin(origin string, rs *RuleSet) error {
@@ -700,15 +704,31 @@ func (e *Engine) ApplyOrigin(origin string, rs *RuleSet) error {
 		return fmt.Errorf("fastdrop: %w", err)
 	}
 	return e.change(func() (*plan, error) {
-		rules := make([]Rule, 0, len(e.rules)+len(rs.Rules))
+		others := 0
 		for i := range e.rules {
 			if e.rules[i].Origin != origin {
-				rules = append(rules, e.rules[i])
+				others++
 			}
 		}
-		for _, r := range rs.Rules {
-			r.Origin = origin
-			rules = append(rules, r)
+		var rules []Rule
+		if others == 0 {
+			// Nothing to keep: the plan takes rs's slice, as Apply does,
+			// instead of a copy (a million rules are 160 MB each time).
+			for i := range rs.Rules {
+				rs.Rules[i].Origin = origin
+			}
+			rules = rs.Rules
+		} else {
+			rules = make([]Rule, 0, others+len(rs.Rules))
+			for i := range e.rules {
+				if e.rules[i].Origin != origin {
+					rules = append(rules, e.rules[i])
+				}
+			}
+			for _, r := range rs.Rules {
+				r.Origin = origin
+				rules = append(rules, r)
+			}
 		}
 		return e.planApply(rules, actionOr(rs.Policy, e.policy), actionOr(rs.Malformed, e.malformed)), nil
 	})
@@ -851,7 +871,7 @@ func sameRule(a, b *Rule) bool {
 		return false
 	}
 	if a.IsPrefixOnly() || b.IsPrefixOnly() {
-		return a.IsPrefixOnly() && b.IsPrefixOnly() && a.Src == b.Src && a.Action == b.Action
+		return a.IsPrefixOnly() && b.IsPrefixOnly() && a.Src == b.Src && a.Action == b.Action && a.Sample == b.Sample
 	}
 	return a.String() == b.String()
 }
@@ -895,6 +915,18 @@ func (e *Engine) planApply(rules []Rule, policy, malformed Action) *plan {
 			prefixOrigin[e.slots[i]] = e.rules[i].Origin
 		}
 	}
+	// A prefix rule is found by its prefix and action, which do not
+	// say its sample modifier: one whose modifier changed is a new rule
+	// (its record, which the program reads, is written afresh).
+	var sampleOf map[uint32]uint32
+	for i := range e.rules {
+		if e.rules[i].Sample != 0 && e.rules[i].IsPrefixOnly() {
+			if sampleOf == nil {
+				sampleOf = make(map[uint32]uint32)
+			}
+			sampleOf[e.slots[i]] = e.rules[i].Sample
+		}
+	}
 	for i := range rules {
 		var s uint32
 		var ok bool
@@ -903,6 +935,7 @@ func (e *Engine) planApply(rules []Rule, policy, malformed Action) *plan {
 		} else if rules[i].Src.IsValid() {
 			s, ok = e.prefixIndex().get(slotKeyOf(rules[i].Src, rules[i].Action))
 			ok = ok && prefixOrigin[s] == rules[i].Origin
+			ok = ok && sampleOf[s] == rules[i].Sample
 		}
 		if ok && !kept[s] {
 			p.slots[i] = s
@@ -1198,6 +1231,12 @@ func (e *Engine) loadLocked() error {
 		rules, slots, orders = r2, s2, o2
 	}
 	e.rules, e.slots = rules, slots
+	e.nsampled = 0
+	for i := range rules {
+		if rules[i].Sample != 0 {
+			e.nsampled++
+		}
+	}
 	for i, s := range slots {
 		e.orderOf[s] = orders[i]
 		e.maxOrder = max(e.maxOrder, orders[i])
@@ -1383,6 +1422,16 @@ func (e *Engine) commitLocked(p *plan) error {
 			e.textSlot[k] = p.slots[i]
 		}
 	}
+	for _, i := range p.added {
+		if p.rules[i].Sample != 0 {
+			e.nsampled++
+		}
+	}
+	for _, i := range p.removed {
+		if old.rules[i].Sample != 0 {
+			e.nsampled--
+		}
+	}
 	e.rules, e.slots = p.rules, p.slots
 	e.policy, e.malformed = p.policy, p.malformed
 	e.free, e.nextSlot = free, nextSlot
@@ -1394,8 +1443,12 @@ func (e *Engine) commitLocked(p *plan) error {
 		if rerr := e.loadLocked(); rerr != nil {
 			return errors.Join(fmt.Errorf("fastdrop: %w", err), rerr)
 		}
+		e.mem.active.setRuleSamples(e.nsampled > 0)
 		return fmt.Errorf("fastdrop: %w", err)
 	}
+	// After the flip: the records of the new set, which the program reads
+	// for their sample modifiers, are written.
+	e.mem.active.setRuleSamples(e.nsampled > 0)
 	return nil
 }
 

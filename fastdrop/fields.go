@@ -93,6 +93,7 @@ const (
 	framesAny      frameKind = iota
 	framesPorts              // TCP or UDP, not a non-first fragment
 	framesNonfirst           // a non-first fragment
+	framesFirst              // not a non-first fragment (its L4 header is read)
 )
 
 // directField is a field of FD_DIRECT_FIELDS in bpf/fastdrop.h: its value
@@ -138,12 +139,12 @@ const (
 // matchFields are the match fields, in the order messages list them and
 // Rule.Validate checks them. init sets it, since entries refer to the
 // table (which a variable's initializer may not); nothing changes it.
-var matchFields [10]matchField
+var matchFields [13]matchField
 
 func init() {
 	matchFields = [...]matchField{
-		prefixField("src", unsafe.Offsetof(Rule{}.Src), recPlace{recFlagSrc, recSrcLen, recSrc}, func(r *Rule) *netip.Prefix { return &r.Src }, func(p *packet) netip.Addr { return p.src }, 3),
-		prefixField("dst", unsafe.Offsetof(Rule{}.Dst), recPlace{recFlagDst, recDstLen, recDst}, func(r *Rule) *netip.Prefix { return &r.Dst }, func(p *packet) netip.Addr { return p.dst }, 5),
+		prefixField("src", unsafe.Offsetof(Rule{}.Src), recPlace{recFlagSrc, recSrcLen, recSrc}, func(r *Rule) *netip.Prefix { return &r.Src }, func(p *packet) netip.Addr { return p.src }, 5),
+		prefixField("dst", unsafe.Offsetof(Rule{}.Dst), recPlace{recFlagDst, recDstLen, recDst}, func(r *Rule) *netip.Prefix { return &r.Dst }, func(p *packet) netip.Addr { return p.dst }, 7),
 		{
 			name:     "proto",
 			examples: []string{"drop tcp", "pass proto 47", "drop ether ipv6 icmpv6", "drop proto 44 src 2001:db8::/32 frag"},
@@ -185,8 +186,8 @@ func init() {
 			encode:  func(b []byte, r *Rule) { b[recProto] = r.Proto },
 			decode:  func(b []byte, r *Rule) { r.Proto, r.HasProto = b[recProto], true },
 		},
-		portField("sport", unsafe.Offsetof(Rule{}.SrcPort), recPlace{flag: recFlagSport, val: recSport}, fldSport, int(gen.FastdropFdDirectFD_DIR_SPORT), func(r *Rule) **PortRange { return &r.SrcPort }, func(p *packet) uint16 { return p.sport }, 4),
-		portField("dport", unsafe.Offsetof(Rule{}.DstPort), recPlace{flag: recFlagDport, val: recDport}, fldDport, int(gen.FastdropFdDirectFD_DIR_DPORT), func(r *Rule) **PortRange { return &r.DstPort }, func(p *packet) uint16 { return p.dport }, 6),
+		portField("sport", unsafe.Offsetof(Rule{}.SrcPort), recPlace{flag: recFlagSport, val: recSport}, fldSport, int(gen.FastdropFdDirectFD_DIR_SPORT), func(r *Rule) **PortRange { return &r.SrcPort }, func(p *packet) uint16 { return p.sport }, 6),
+		portField("dport", unsafe.Offsetof(Rule{}.DstPort), recPlace{flag: recFlagDport, val: recDport}, fldDport, int(gen.FastdropFdDirectFD_DIR_DPORT), func(r *Rule) **PortRange { return &r.DstPort }, func(p *packet) uint16 { return p.dport }, 8),
 		{
 			name:     "ether",
 			examples: []string{"drop ether arp", "pass ether 0x1234", "drop ether ipv4 udp dst 10.0.0.0/8"},
@@ -234,7 +235,7 @@ func init() {
 			at:       unsafe.Offsetof(Rule{}.Fragment),
 			store:    storeBool,
 			text:     func(*Rule) string { return "frag" },
-			textPos:  7,
+			textPos:  9,
 			ip:       true,
 			frames:   framesNonfirst,
 			match:    func(_ *Rule, pkt *packet) bool { return pkt.isIP && pkt.fragment },
@@ -257,7 +258,7 @@ func init() {
 			at:      unsafe.Offsetof(Rule{}.TTL),
 			store:   storePtr,
 			text:    func(r *Rule) string { return "ttl " + r.TTL.String() },
-			textPos: 8,
+			textPos: 10,
 			ip:      true,
 			check: func(r *Rule) error {
 				if r.TTL.Lo > r.TTL.Hi {
@@ -341,7 +342,7 @@ func init() {
 			at:      unsafe.Offsetof(Rule{}.Queue),
 			store:   storePtr,
 			text:    func(r *Rule) string { return "queue " + r.Queue.String() },
-			textPos: 9,
+			textPos: 12,
 			check: func(r *Rule) error {
 				switch q := r.Queue; {
 				case q.Lo > q.Hi:
@@ -364,7 +365,238 @@ func init() {
 				r.Queue = &PortRange{Lo: binary.LittleEndian.Uint16(b[recQueue:]), Hi: binary.LittleEndian.Uint16(b[recQueue+2:])}
 			},
 		},
+		{
+			name:     "dscp",
+			examples: []string{"drop dscp 46", "drop dscp ef", "pass udp dscp af41", "drop src 2001:db8::/32 dscp cs1", "drop dscp 8-15"},
+			need:     "dscp needs a value (" + wantDSCP + ")",
+			parse: func(r *Rule, v string) string {
+				d, msg := parseDSCP(v)
+				if msg != "" {
+					return fmt.Sprintf("dscp %s: %s", clipped(v), msg)
+				}
+				r.DSCP = d
+				return ""
+			},
+			at:      unsafe.Offsetof(Rule{}.DSCP),
+			store:   storePtr,
+			text:    func(r *Rule) string { return "dscp " + r.DSCP.String() },
+			textPos: 11,
+			ip:      true,
+			check: func(r *Rule) error {
+				if d := r.DSCP; d.Lo > d.Hi || d.Hi > 63 || d.Named && d.Lo != d.Hi {
+					return fmt.Errorf("dscp %d-%d: want a range within 0-63, lower value first", d.Lo, d.Hi)
+				}
+				return nil
+			},
+			match: func(r *Rule, pkt *packet) bool { return pkt.isIP && r.DSCP.Lo <= pkt.dscp && pkt.dscp <= r.DSCP.Hi },
+			direct: &directField{fld: int(gen.FastdropFdFieldFD_FLD_DSCP), off: int(gen.FastdropFdDirectFD_DIR_DSCP), bits: 6,
+				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.DSCP.Lo), int(r.DSCP.Hi)}) }},
+			recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_DSCP),
+			rec:     []recMember{{"dscp_lo", recDSCP, 1}, {"dscp_hi", recDSCP + 1, 1}, {"dscp_named", recDSCP + 2, 1}},
+			encode: func(b []byte, r *Rule) {
+				b[recDSCP], b[recDSCP+1], b[recDSCP+2] = r.DSCP.Lo, r.DSCP.Hi, 0
+				if r.DSCP.Named {
+					b[recDSCP+2] = 1
+				}
+			},
+			decode: func(b []byte, r *Rule) {
+				r.DSCP = &DSCPRange{Lo: b[recDSCP], Hi: b[recDSCP+1], Named: b[recDSCP+2] != 0}
+			},
+		},
+		icmpField("type", unsafe.Offsetof(Rule{}.ICMPType), 3),
+		icmpField("code", unsafe.Offsetof(Rule{}.ICMPCode), 4),
 	}
+}
+
+// ICMPType is what type matches: the ICMP or ICMPv6 type in Lo-Hi. Named:
+// written by its name, which depends on the protocol (echo-request is 8 in
+// ICMP, 128 in ICMPv6) and String writes back.
+type ICMPType struct {
+	Lo, Hi uint8
+	Named  bool
+}
+
+// icmpTypeNames are the names of ICMP types (RFC 792) and ICMPv6 types
+// (RFC 4443, RFC 4861), as nftables has them.
+var icmpTypeNames = map[uint8]map[string]uint8{
+	ProtoICMP: {"echo-reply": 0, "destination-unreachable": 3, "source-quench": 4, "redirect": 5, "echo-request": 8,
+		"router-advertisement": 9, "router-solicitation": 10, "time-exceeded": 11, "parameter-problem": 12,
+		"timestamp-request": 13, "timestamp-reply": 14},
+	ProtoICMPv6: {"destination-unreachable": 1, "packet-too-big": 2, "time-exceeded": 3, "parameter-problem": 4,
+		"echo-request": 128, "echo-reply": 129, "nd-router-solicit": 133, "nd-router-advert": 134,
+		"nd-neighbor-solicit": 135, "nd-neighbor-advert": 136, "nd-redirect": 137},
+}
+
+// icmpTypeName returns the name of type v of protocol proto, "" if none.
+func icmpTypeName(proto, v uint8) string {
+	for name, n := range icmpTypeNames[proto] {
+		if n == v {
+			return name
+		}
+	}
+	return ""
+}
+
+// icmpField is the entry of type or code: a value or range of the ICMP or
+// ICMPv6 header's first (type) or second (code) byte.
+func icmpField(name string, at uintptr, textPos int) matchField {
+	isType := name == "type"
+	want := "a number 0-255 or a range like 3-5"
+	if isType {
+		want += ", or after icmp or icmpv6 a name such as echo-request"
+	}
+	lohi := func(r *Rule) (uint8, uint8) {
+		if isType {
+			return r.ICMPType.Lo, r.ICMPType.Hi
+		}
+		return r.ICMPCode.Lo, r.ICMPCode.Hi
+	}
+	fld, dir, flag, rec := int(gen.FastdropFdFieldFD_FLD_CODE), int(gen.FastdropFdDirectFD_DIR_CODE), uint32(gen.FastdropFdRecFlagsFD_REC_CODE), recCode
+	members := []recMember{{"code_lo", recCode, 1}, {"code_hi", recCode + 1, 1}}
+	if isType {
+		fld, dir, flag, rec = int(gen.FastdropFdFieldFD_FLD_TYPE), int(gen.FastdropFdDirectFD_DIR_TYPE), uint32(gen.FastdropFdRecFlagsFD_REC_TYPE), recType
+		members = []recMember{{"type_lo", recType, 1}, {"type_hi", recType + 1, 1}, {"type_named", recTypeNamed, 1}}
+	}
+	examples := []string{"drop icmp " + name + " 3", "drop icmpv6 " + name + " 128-129", "pass icmp " + name + " 0 src 192.0.2.0/24"}
+	if isType {
+		examples = append(examples, "drop icmp type echo-request", "drop icmpv6 type nd-neighbor-solicit", "drop icmp type 3 code 4")
+	}
+	return matchField{
+		name:     name,
+		examples: examples,
+		need:     name + " needs a value (want " + want + ")",
+		parse: func(r *Rule, v string) string {
+			if isType && v != "" && v[0] >= 'a' && v[0] <= 'z' {
+				if !r.HasProto || icmpTypeNames[r.Proto] == nil {
+					return fmt.Sprintf("type %s: write icmp or icmpv6 before a type name (its number depends on the protocol), or the type's number", clipped(v))
+				}
+				n, ok := icmpTypeNames[r.Proto][v]
+				if !ok {
+					names := make([]string, 0, len(icmpTypeNames[r.Proto]))
+					for k := range icmpTypeNames[r.Proto] {
+						names = append(names, k)
+					}
+					slices.Sort(names)
+					return fmt.Sprintf("type %s: unknown %s type (want a number 0-255 or one of %s)", clipped(v), protoName(r.Proto), strings.Join(names, ", "))
+				}
+				r.ICMPType = &ICMPType{Lo: n, Hi: n, Named: true}
+				return ""
+			}
+			br, msg := parseByteRange(v, want)
+			if msg != "" {
+				return fmt.Sprintf("%s %s: %s", name, clipped(v), msg)
+			}
+			if isType {
+				r.ICMPType = &ICMPType{Lo: br.Lo, Hi: br.Hi}
+			} else {
+				r.ICMPCode = br
+			}
+			return ""
+		},
+		at:    at,
+		store: storePtr,
+		text: func(r *Rule) string {
+			if isType && r.ICMPType.Named {
+				return "type " + icmpTypeName(r.Proto, r.ICMPType.Lo)
+			}
+			lo, hi := lohi(r)
+			return name + " " + ByteRange{lo, hi}.String()
+		},
+		textPos: textPos,
+		ip:      true,
+		frames:  framesFirst,
+		check: func(r *Rule) error {
+			lo, hi := lohi(r)
+			if lo > hi {
+				return fmt.Errorf("%s %d-%d: range is empty (write the lower value first)", name, lo, hi)
+			}
+			if !r.HasProto || icmpTypeNames[r.Proto] == nil {
+				return fmt.Errorf("%s needs protocol icmp or icmpv6 (write e.g. \"icmp %s %s\")", name, name, ByteRange{lo, hi})
+			}
+			if isType && r.ICMPType.Named && (lo != hi || icmpTypeName(r.Proto, lo) == "") {
+				return fmt.Errorf("type %d of %s has no name", lo, protoName(r.Proto))
+			}
+			if r.Fragment {
+				return fmt.Errorf("frag never matches together with %s: non-first fragments carry no ICMP header", name)
+			}
+			return nil
+		},
+		match: func(r *Rule, pkt *packet) bool {
+			lo, hi := lohi(r)
+			v := pkt.icmpCode
+			if isType {
+				v = pkt.icmpType
+			}
+			return pkt.hasICMP && lo <= v && v <= hi
+		},
+		direct: &directField{fld: fld, off: dir, bits: 8,
+			spans: func(r *Rule, dst []span) []span { lo, hi := lohi(r); return append(dst, span{int(lo), int(hi)}) }},
+		recFlag: flag,
+		rec:     members,
+		encode: func(b []byte, r *Rule) {
+			b[rec], b[rec+1] = lohi(r)
+			if isType && r.ICMPType.Named {
+				b[recTypeNamed] = 1
+			}
+		},
+		decode: func(b []byte, r *Rule) {
+			if isType {
+				r.ICMPType = &ICMPType{Lo: b[rec], Hi: b[rec+1], Named: b[recTypeNamed] != 0}
+			} else {
+				r.ICMPCode = &ByteRange{Lo: b[rec], Hi: b[rec+1]}
+			}
+		},
+	}
+}
+
+// DSCPRange is what dscp matches: the Differentiated Services codepoint
+// (RFC 2474: the IPv4 TOS byte's or IPv6 traffic class's top 6 bits) in
+// Lo-Hi. Named: written by its name (ef, af11 ... af43, cs0 ... cs7), which
+// String writes back.
+type DSCPRange struct {
+	Lo, Hi uint8
+	Named  bool
+}
+
+const wantDSCP = "want a codepoint 0-63, a range like 8-15, or a name: ef, af11 to af43, cs0 to cs7"
+
+// dscpName returns the name of codepoint v, "" if it has none.
+func dscpName(v uint8) string {
+	switch {
+	case v == 46:
+		return "ef"
+	case v%8 == 0:
+		return "cs" + strconv.Itoa(int(v/8))
+	case v/8 >= 1 && v/8 <= 4 && v%8 >= 2 && v%8 <= 6 && v%2 == 0:
+		return "af" + strconv.Itoa(int(v/8)) + strconv.Itoa(int(v%8/2))
+	}
+	return ""
+}
+
+func (d DSCPRange) String() string {
+	if d.Named {
+		return dscpName(d.Lo)
+	}
+	return ByteRange{d.Lo, d.Hi}.String()
+}
+
+func parseDSCP(s string) (*DSCPRange, string) {
+	if s != "" && s[0] >= 'a' && s[0] <= 'z' {
+		for v := range uint8(64) {
+			if n := dscpName(v); n == s {
+				return &DSCPRange{Lo: v, Hi: v, Named: true}, ""
+			}
+		}
+		return nil, "unknown codepoint name (" + wantDSCP + ")"
+	}
+	br, msg := parseByteRange(s, "a codepoint 0-63, a range like 8-15, or a name: ef, af11 to af43, cs0 to cs7")
+	if msg != "" {
+		return nil, msg
+	}
+	if br.Hi > 63 {
+		return nil, fmt.Sprintf("%d is not a codepoint: DSCP has 6 bits, 0-63 (the TOS byte %d is DSCP %d)", br.Hi, br.Hi, br.Hi>>2)
+	}
+	return &DSCPRange{Lo: br.Lo, Hi: br.Hi}, ""
 }
 
 // valueSpans appends the values v < n that ok allows to dst, as spans.

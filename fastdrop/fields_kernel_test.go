@@ -140,3 +140,104 @@ drop tcp src 10.0.0.0/8 sport 1-9 dst 10.9.0.0/16 flags rst   # 5
 	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
 	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
 }
+
+// TestKernelDSCP: dscp matches the top 6 bits of the IPv4 TOS byte and of
+// the IPv6 traffic class (which straddles the first two bytes), by value,
+// range or name, for every IP frame (non-first fragments, tagged); the
+// ECN bits below it do not count.
+func TestKernelDSCP(t *testing.T) {
+	rules := `
+drop dscp ef                          # 0
+drop udp dscp 8-15                    # 1
+pass src 2001:db8::/32 dscp cs1       # 2
+drop dscp 0 dst 192.0.2.0/24          # 3
+`
+	tos := func(s frames.Spec, tos uint8) frames.Spec { s.TOS = tos; return s }
+	u4 := func(t uint8) []byte {
+		return tos(spec4("198.51.100.1", "198.51.100.2", frames.ProtoUDP, 1, 2), t).Build().Bytes
+	}
+	cases := []matchCase{
+		{"ef", tos(spec4("198.51.100.1", "198.51.100.2", 47, 0, 0), 46<<2).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"ef with ECN 3", tos(spec4("198.51.100.1", "198.51.100.2", 47, 0, 0), 46<<2|3).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"IPv6 ef", tos(spec6("2001:db9::1", "2001:db9::2", 47, 0, 0), 46<<2).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"IPv6 ef, flow label set", func() []byte {
+			s := tos(spec6("2001:db9::1", "2001:db9::2", 47, 0, 0), 46<<2|1)
+			s.FlowLabel = 0xfffff
+			return s.Build().Bytes
+		}(), kCompound(ActionDrop, 0)},
+		{"udp 8", u4(8 << 2), kCompound(ActionDrop, 1)},
+		{"udp 15", u4(15<<2 | 2), kCompound(ActionDrop, 1)},
+		{"udp 16", u4(16 << 2), kDefault(ActionPass)},
+		{"udp 7", u4(7 << 2), kDefault(ActionPass)},
+		{"IPv6 cs1", tos(spec6("2001:db8::1", "2001:db9::2", 47, 0, 0), 8<<2).Build().Bytes, kCompound(ActionPass, 2)},
+		{"IPv6 cs1 other src", tos(spec6("2001:db7::1", "2001:db9::2", 47, 0, 0), 8<<2).Build().Bytes, kDefault(ActionPass)},
+		{"tagged non-first fragment, dscp 0", func() []byte {
+			s := tagged(spec4("198.51.100.1", "192.0.2.7", frames.ProtoUDP, 1, 2), frames.TPID8021Q)
+			s.IPv4FragOffset = 3
+			return s.Build().Bytes
+		}(), kCompound(ActionDrop, 3)},
+		{"dscp 1 to 192.0.2.7", tos(spec4("198.51.100.1", "192.0.2.7", 47, 0, 0), 1<<2).Build().Bytes, kDefault(ActionPass)},
+	}
+	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
+	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
+}
+
+// TestKernelICMP: type and code match the first two bytes of the ICMP or
+// ICMPv6 header, by number, range or (type) name, of first fragments only;
+// an ICMP header cut short of type, code and checksum is malformed.
+func TestKernelICMP(t *testing.T) {
+	rules := `
+malformed drop
+drop icmp type echo-request               # 0
+drop icmp type 3 code 4                   # 1
+drop icmpv6 type 128-129                  # 2
+pass icmp code 9-10 src 192.0.2.0/24      # 3
+drop icmpv6 type nd-neighbor-solicit      # 4
+`
+	icmp4 := func(src string, typ, code uint8) frames.Spec {
+		s := spec4(src, "198.51.100.2", frames.ProtoICMP, 0, 0)
+		s.ICMPType, s.ICMPCode = typ, code
+		return s
+	}
+	icmp6 := func(typ, code uint8, ext ...frames.ExtHeader) frames.Spec {
+		s := spec6("2001:db8::1", "2001:db8::2", frames.ProtoICMPv6, 0, 0, ext...)
+		s.ICMPType, s.ICMPCode = typ, code
+		return s
+	}
+	cut := func(s frames.Spec, n int) []byte {
+		f := s.Build()
+		b := f.Bytes[:f.L4+n]
+		// The IP length fields say what is left, so only the ICMP
+		// header is short.
+		if s.Src.Is4() {
+			b[f.L3+2], b[f.L3+3] = 0, byte(f.L4-f.L3+n)
+		} else {
+			b[f.L3+4], b[f.L3+5] = 0, byte(f.L4-f.L3-40+n)
+		}
+		return b
+	}
+	cases := []matchCase{
+		{"echo request", icmp4("198.51.100.1", 8, 0).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"echo reply", icmp4("198.51.100.1", 0, 0).Build().Bytes, kDefault(ActionPass)},
+		{"unreachable code 4", icmp4("198.51.100.1", 3, 4).Build().Bytes, kCompound(ActionDrop, 1)},
+		{"unreachable code 3", icmp4("198.51.100.1", 3, 3).Build().Bytes, kDefault(ActionPass)},
+		{"tagged unreachable code 4", tagged(icmp4("198.51.100.1", 3, 4), frames.TPID8021AD).Build().Bytes, kCompound(ActionDrop, 1)},
+		{"ICMPv6 echo request", icmp6(128, 0).Build().Bytes, kCompound(ActionDrop, 2)},
+		{"ICMPv6 echo reply after extension headers", icmp6(129, 0, exth(frames.ProtoDestOpts, 0), exth(frames.ProtoRouting, 0)).Build().Bytes, kCompound(ActionDrop, 2)},
+		{"ICMPv6 type 8 is not ICMP's", icmp6(8, 0).Build().Bytes, kDefault(ActionPass)},
+		{"ICMPv6 neighbor solicitation", icmp6(135, 0).Build().Bytes, kCompound(ActionDrop, 4)},
+		{"code 10 from the prefix", icmp4("192.0.2.5", 5, 10).Build().Bytes, kCompound(ActionPass, 3)},
+		{"code 10 from elsewhere", icmp4("198.51.100.1", 5, 10).Build().Bytes, kDefault(ActionPass)},
+		{"non-first fragment: no ICMP header", func() []byte {
+			s := icmp4("198.51.100.1", 8, 0)
+			s.IPv4FragOffset = 5
+			return s.Build().Bytes
+		}(), kDefault(ActionPass)},
+		{"non-first IPv6 fragment", icmp6(128, 0, frag6h(9, false)).Build().Bytes, kDefault(ActionPass)},
+		{"ICMP header of 4 bytes", cut(icmp4("198.51.100.1", 8, 0), 4), kCompound(ActionDrop, 0)},
+		{"ICMP header of 3 bytes: malformed", cut(icmp4("198.51.100.1", 8, 0), 3), kMalformed(ActionDrop)},
+		{"ICMPv6 header of 1 byte: malformed", cut(icmp6(128, 0), 1), kMalformed(ActionDrop)},
+	}
+	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
+	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
+}

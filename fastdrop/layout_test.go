@@ -21,12 +21,16 @@ var layoutFingerprints = map[uint32]string{
 	3: "44bd7b78f3997bb1", // tcp flags
 	4: "b7b0562abe2e616f", // queue field, rule origins, late rules, AF_XDP sockets
 	5: "931fce7e2bc24f10", // limit rules: fd_police, bans; their parameters in the record
+	6: "0e46039f9a968cd9", // capture slots in fd_main, fd_cap_cpu; the sample modifier
+	// 7 was h/fields' limit rules with dscp, type and code before it merged main's 6: never released.
+	8: "b33142254a5f7854", // the sample modifier with dscp, icmp type and code
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.
 var layoutTypes = []string{
 	"fd_layout", "fd_action", "fd_field", "fd_rec_flags",
 	"fd_state", "fd_stamp", "fd_conf", "fd_bm", "fd_rule_rec", "fd_v6_ent", "fd_v4_sparse", "counter",
+	"fd_cap_layout", "fd_cap_ctl", "fd_cap_sel", "fd_cap_cnt", "fd_cap_rec", "fd_cap_cpu",
 }
 
 // layoutFingerprint describes layoutTypes from the object's BTF (names,

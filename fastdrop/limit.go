@@ -50,9 +50,6 @@ const (
 	minByteRate = 125 // bytes/s: 1 kbit/s
 	maxRate     = 1e13
 	maxBan      = 7 * 24 * time.Hour
-	// maxFrame is the longest frame a byte cost is computed for (the C
-	// masks the length to 18 bits).
-	maxFrame = 1<<18 - 1
 )
 
 // ByteRate is the rate in bytes per second, for the units of bytes.

@@ -89,8 +89,12 @@ type packet struct {
 	proto     uint8 // IPv4 protocol or IPv6 final next header
 	ttl       uint8 // IPv4 TTL or IPv6 hop limit
 	tcpFlags  uint8 // TCP header byte 13, when hasPorts and TCP
-	fragment  bool  // non-first fragment (offset != 0)
-	hasPorts  bool  // TCP or UDP and not a non-first fragment
+	dscp      uint8 // IPv4 TOS / IPv6 traffic class >> 2
+	hasICMP   bool  // ICMP or ICMPv6 (protocol 1 or 58), not a non-first fragment
+	icmpType  uint8
+	icmpCode  uint8
+	fragment  bool // non-first fragment (offset != 0)
+	hasPorts  bool // TCP or UDP and not a non-first fragment
 	sport     uint16
 	dport     uint16
 	queue     uint32 // the rx queue it arrived on
@@ -239,6 +243,7 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 		pkt.dst = netip.AddrFrom4([4]byte(ip[16:20]))
 		pkt.proto = ip[9]
 		pkt.ttl = ip[8]
+		pkt.dscp = ip[1] >> 2
 		pkt.fragment = be.Uint16(ip[6:8])&0x1fff != 0
 		l4 = off + ihl
 	case EtherTypeIPv6:
@@ -251,6 +256,7 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 		}
 		pkt.isIP = true
 		pkt.ttl = ip[7]
+		pkt.dscp = (ip[0]<<4 | ip[1]>>4) >> 2
 		pkt.src = netip.AddrFrom16([16]byte(ip[8:24]))
 		pkt.dst = netip.AddrFrom16([16]byte(ip[24:40]))
 		nh := ip[6]
@@ -312,6 +318,13 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 		if pkt.proto == ProtoTCP {
 			pkt.tcpFlags = b[l4+13]
 		}
+	case ProtoICMP, ProtoICMPv6:
+		// Type, code and checksum: the header every ICMP message has.
+		if !have(l4 + 4) {
+			return pkt, false, ext
+		}
+		pkt.hasICMP = true
+		pkt.icmpType, pkt.icmpCode = b[l4], b[l4+1]
 	}
 	return pkt, true, ext
 }

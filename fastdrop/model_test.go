@@ -490,7 +490,7 @@ func TestHeaderExtent(t *testing.T) {
 		{"non-first fragment: no L4 header", frames.Spec{Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("198.18.0.1"),
 			IPv4FragOffset: 10, Proto: frames.ProtoUDP, Payload: make([]byte, 100)}.Build().Bytes, 14 + 20},
 		{"VLAN-tagged ARP", frames.Spec{VLANs: []frames.VLAN{{ID: 7}}, EtherType: frames.EtherTypeARP, Payload: make([]byte, 28)}.Build().Bytes, 18},
-		{"ICMP", frames.Spec{Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("198.18.0.1"), Proto: frames.ProtoICMP}.Build().Bytes, 14 + 20},
+		{"ICMP", frames.Spec{Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("198.18.0.1"), Proto: frames.ProtoICMP}.Build().Bytes, 14 + 20 + 4}, // type, code, checksum
 		{"UDP header cut short", frames.UDP4("192.0.2.1", "198.18.0.1", 1, 53, 0).Bytes[:40], 14 + 20},
 		{"runt", make([]byte, 10), 0},
 	} {

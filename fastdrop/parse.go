@@ -391,6 +391,28 @@ func (p *parser) rule(r *Rule) *ParseError {
 		}
 		kw := toks[0]
 		toks = toks[1:]
+		if kw == sampleKeyword {
+			// A modifier, not a match field: it says what else to do
+			// with the rule's frames, and comes after the fields.
+			if r.Sample != 0 {
+				return p.errorf("sample given twice (once per rule)")
+			}
+			if len(toks) == 0 {
+				return p.errorf("%s", sampleNeed)
+			}
+			n, msg := parseSample(toks[0])
+			if msg != "" {
+				return p.errorf("%s", msg)
+			}
+			r.Sample, toks = n, toks[1:]
+			if len(toks) > 0 && toks[0] == sampleKeyword {
+				return p.errorf("sample given twice (once per rule)")
+			}
+			if len(toks) > 0 {
+				return p.errorf("unexpected %q after sample: the sample modifier comes last", clipped(toks[0]))
+			}
+			continue
+		}
 		i := fieldByKeyword(kw)
 		if i < 0 {
 			if _, err := ParseAction(kw); err == nil {
@@ -432,7 +454,28 @@ func (p *parser) rule(r *Rule) *ParseError {
 	return nil
 }
 
-func isKeyword(s string) bool { return fieldByKeyword(s) >= 0 }
+func isKeyword(s string) bool { return fieldByKeyword(s) >= 0 || s == sampleKeyword }
+
+// The sample modifier: "sample 1/N".
+const (
+	sampleKeyword = "sample"
+	sampleNeed    = "sample needs a rate: 1/N, e.g. sample 1/1000 (1 in N of the rule's frames)"
+	// MaxSample is the largest N of "sample 1/N".
+	MaxSample = 1 << 30
+)
+
+// parseSample parses the value of the sample modifier, "1/N".
+func parseSample(v string) (uint32, string) {
+	one, n, ok := strings.Cut(v, "/")
+	if !ok || one != "1" {
+		return 0, fmt.Sprintf("sample %q: %s", clipped(v), sampleNeed[len("sample needs "):])
+	}
+	x, ok := parseUint(n, 10)
+	if !ok || x < 1 || x > MaxSample {
+		return 0, fmt.Sprintf("sample %q: N in 1/N must be a whole number from 1 to %d", clipped(v), MaxSample)
+	}
+	return uint32(x), ""
+}
 
 // ParsePrefix parses "ADDR/LEN" or "ADDR" (a host route) as a rule file's
 // src and dst are parsed, and refuses what a rule file refuses (host bits

@@ -205,8 +205,8 @@ func TestParseErrors(t *testing.T) {
 		{"malformed redirect", `rules.txt:1: unknown malformed verdict "redirect" (want pass or drop)`},
 		{"malformed drop\nmalformed drop", `rules.txt:2: malformed given twice (also on line 1; at most one malformed line)`},
 		// Fields.
-		{"drop sprt 80", `rules.txt:1: unknown field "sprt" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, or tcp, udp, icmp, icmpv6)`},
-		{"drop 10.0.0.0/8", `rules.txt:1: unknown field "10.0.0.0/8" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, or tcp, udp, icmp, icmpv6)`},
+		{"drop sprt 80", `rules.txt:1: unknown field "sprt" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, or tcp, udp, icmp, icmpv6)`},
+		{"drop 10.0.0.0/8", `rules.txt:1: unknown field "10.0.0.0/8" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, or tcp, udp, icmp, icmpv6)`},
 		{"drop src 10.0.0.0/8 src 11.0.0.0/8", `rules.txt:1: src given twice (each field at most once per rule; write two rules to match either)`},
 		{"drop udp dport 1 dport 2", `rules.txt:1: dport given twice (each field at most once per rule; write two rules to match either)`},
 		{"drop tcp sport 1 sport 2", `rules.txt:1: sport given twice (each field at most once per rule; write two rules to match either)`},
@@ -226,7 +226,18 @@ func TestParseErrors(t *testing.T) {
 		{"drop tcp flags syn,!syn", `rules.txt:1: flags syn,!syn: syn given twice (name each flag once)`},
 		{"drop tcp frag flags syn", `rules.txt:1: frag never matches together with flags: non-first fragments carry no TCP header`},
 		{"drop tcp flags syn flags ack", `rules.txt:1: flags given twice (each field at most once per rule; write two rules to match either)`},
-		{"drop ether arp ttl 1", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl or flags: those need an IPv4 or IPv6 frame`},
+		{"drop udp type 3", `rules.txt:1: type needs protocol icmp or icmpv6 (write e.g. "icmp type 3")`},
+		{"drop code 1", `rules.txt:1: code needs protocol icmp or icmpv6 (write e.g. "icmp code 1")`},
+		{"drop type echo-request icmp", `rules.txt:1: type echo-request: write icmp or icmpv6 before a type name (its number depends on the protocol), or the type's number`},
+		{"drop icmpv6 type echo", `rules.txt:1: type echo: unknown icmpv6 type (want a number 0-255 or one of destination-unreachable, echo-reply, echo-request, nd-neighbor-advert, nd-neighbor-solicit, nd-redirect, nd-router-advert, nd-router-solicit, packet-too-big, parameter-problem, time-exceeded)`},
+		{"drop icmp frag type 3", `rules.txt:1: frag never matches together with type: non-first fragments carry no ICMP header`},
+		{"drop icmp code 5-1", `rules.txt:1: code 5-1: range is empty (write the lower value first: 1-5)`},
+		{"drop icmp type 300", `rules.txt:1: type 300: "300" is not a number 0-255 (want a number 0-255 or a range like 3-5, or after icmp or icmpv6 a name such as echo-request)`},
+		{"drop dscp 64", `rules.txt:1: dscp 64: 64 is not a codepoint: DSCP has 6 bits, 0-63 (the TOS byte 64 is DSCP 16)`},
+		{"drop dscp", `rules.txt:1: dscp needs a value (want a codepoint 0-63, a range like 8-15, or a name: ef, af11 to af43, cs0 to cs7)`},
+		{"drop dscp ef2", `rules.txt:1: dscp ef2: unknown codepoint name (want a codepoint 0-63, a range like 8-15, or a name: ef, af11 to af43, cs0 to cs7)`},
+		{"drop dscp 20-10", `rules.txt:1: dscp 20-10: range is empty (write the lower value first: 10-20)`},
+		{"drop ether arp ttl 1", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type or code: those need an IPv4 or IPv6 frame`},
 		{"drop tcp udp", `rules.txt:1: protocol given twice ("tcp", then "udp"; each field at most once per rule, write two rules to match either)`},
 		{"drop proto 6 tcp", `rules.txt:1: protocol given twice ("6", then "tcp"; each field at most once per rule, write two rules to match either)`},
 		// Prefixes.
@@ -283,9 +294,9 @@ func TestParseErrors(t *testing.T) {
 		{"drop ether vlan", `rules.txt:1: ether vlan: never matches: VLAN tags are skipped and ether matches the EtherType after them`},
 		{"drop ether 0x8100", `rules.txt:1: ether 0x8100 never matches: VLAN tags are skipped and ether matches the EtherType after them`},
 		{"drop ether 0x88a8", `rules.txt:1: ether 0x88a8 never matches: VLAN tags are skipped and ether matches the EtherType after them`},
-		{"drop ether arp src 10.0.0.0/8", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl or flags: those need an IPv4 or IPv6 frame`},
-		{"drop ether lldp frag", `rules.txt:1: ether lldp never matches a rule with src, dst, proto, sport, dport, frag, ttl or flags: those need an IPv4 or IPv6 frame`},
-		{"drop ether 0x88e5 udp", `rules.txt:1: ether 0x88e5 never matches a rule with src, dst, proto, sport, dport, frag, ttl or flags: those need an IPv4 or IPv6 frame`},
+		{"drop ether arp src 10.0.0.0/8", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type or code: those need an IPv4 or IPv6 frame`},
+		{"drop ether lldp frag", `rules.txt:1: ether lldp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type or code: those need an IPv4 or IPv6 frame`},
+		{"drop ether 0x88e5 udp", `rules.txt:1: ether 0x88e5 never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type or code: those need an IPv4 or IPv6 frame`},
 		{"drop ether ipv4 src 2001:db8::/32", `rules.txt:1: ether ipv4 never matches an IPv6 prefix`},
 		{"drop ether ipv6 dst 10.0.0.0/8", `rules.txt:1: ether ipv6 never matches an IPv4 prefix`},
 		// Whole-file checks.
@@ -339,7 +350,7 @@ func TestParseDuplicateOrder(t *testing.T) {
 	}
 	// Errors in single lines come before repeated prefixes.
 	_, err = Parse(strings.NewReader("drop src 10.0.0.0/8\ndrop src 10.0.0.0/8\ndrop bogus\n"), "r")
-	if want := `r:3: unknown field "bogus" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, or tcp, udp, icmp, icmpv6)`; err == nil || err.Error() != want {
+	if want := `r:3: unknown field "bogus" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, or tcp, udp, icmp, icmpv6)`; err == nil || err.Error() != want {
 		t.Errorf("got %v, want %s", err, want)
 	}
 	// Same address, different length, and IPv4 vs IPv6 are different prefixes.

@@ -112,10 +112,18 @@ type Rule struct {
 	Fragment  bool       // matches only non-first IP fragments (fragment offset != 0)
 	TTL       *ByteRange // nil = any; the IPv4 TTL or IPv6 hop limit
 	TCPFlags  *TCPFlags  // nil = any; needs HasProto with Proto 6 (tcp)
+	DSCP      *DSCPRange // nil = any; the IPv4 TOS / IPv6 traffic class >> 2
+	ICMPType  *ICMPType  // nil = any; needs HasProto with Proto 1 (icmp) or 58 (icmpv6)
+	ICMPCode  *ByteRange // nil = any; as ICMPType
 	// Queue matches the rx queue the frame arrived on, Lo to Hi (0 to
 	// MaxQueue); nil = any.
 	Queue *PortRange
-	Line  int // 1-based line in the rule file, 0 if built in code
+	// Sample is the sample modifier ("sample 1/1000"): the program sends
+	// 1 in Sample of the rule's frames to its rule samples' ring (package
+	// capture, `xdpdrop capture --rule-samples`); 0: none. It changes no
+	// verdict.
+	Sample uint32
+	Line   int // 1-based line in the rule file, 0 if built in code
 	// Origin names where the rule came from (see origin.go): "" for the
 	// default origin (the drop command's), OriginRedirect, or a name of
 	// another source. It is kept with the rule in the engine's records
@@ -162,6 +170,10 @@ func (r Rule) String() string {
 				b.WriteString(f.text(&r))
 			}
 		}
+	}
+	if r.Sample != 0 {
+		b.WriteString(" sample 1/")
+		b.WriteString(strconv.FormatUint(uint64(r.Sample), 10))
 	}
 	return b.String()
 }

@@ -43,6 +43,76 @@ type FastdropFdBm struct {
 	W [4]uint64
 }
 
+type FastdropFdCapCnt struct {
+	_     structs.HostLayout
+	Seen  uint64
+	Sent  uint64
+	Lost  uint64
+	Win   uint64
+	Nwin  uint32
+	Skip  uint32
+	Nonce uint32
+	Pad   uint32
+}
+
+type FastdropFdCapCpu struct {
+	_        structs.HostLayout
+	Cnt      [8]FastdropFdCapCnt
+	RuleSent uint64
+	RuleLost uint64
+	Rec      FastdropFdCapRec
+	Data     [9216]uint8
+}
+
+type FastdropFdCapCtl struct {
+	_       structs.HostLayout
+	Claimed uint32
+	Pad     [15]uint32
+	Sel     [8]FastdropFdCapSel
+}
+
+type FastdropFdCapLayout uint32
+
+const (
+	FastdropFdCapLayoutFD_CAP_SLOTS       FastdropFdCapLayout = 8
+	FastdropFdCapLayoutFD_CAP_SNAP_MAX    FastdropFdCapLayout = 9216
+	FastdropFdCapLayoutFD_CAP_RING        FastdropFdCapLayout = 2097152
+	FastdropFdCapLayoutFD_CAP_RULE_SNAP   FastdropFdCapLayout = 2048
+	FastdropFdCapLayoutFD_CAP_V_DROP      FastdropFdCapLayout = 2
+	FastdropFdCapLayoutFD_CAP_V_PASS      FastdropFdCapLayout = 4
+	FastdropFdCapLayoutFD_CAP_V_REDIRECT  FastdropFdCapLayout = 16
+	FastdropFdCapLayoutFD_CAP_V_MALFORMED FastdropFdCapLayout = 256
+	FastdropFdCapLayoutFD_CAP_RULES       FastdropFdCapLayout = 32768
+	FastdropFdCapLayoutFD_CAP_F_RULE      FastdropFdCapLayout = 1
+)
+
+type FastdropFdCapRec struct {
+	_       structs.HostLayout
+	Tstamp  uint64
+	Len     uint32
+	Caplen  uint32
+	Val     uint32
+	Nonce   uint32
+	Cpu     uint32
+	Queue   uint32
+	Verdict uint8
+	Class   uint8
+	Flags   uint8
+	Pad     [5]uint8
+}
+
+type FastdropFdCapSel struct {
+	_        structs.HostLayout
+	Nonce    uint32
+	Verdicts uint32
+	Slot     uint32
+	Queue    uint32
+	Every    uint32
+	PerSec   uint32
+	Snaplen  uint32
+	Owner    uint32
+}
+
 type FastdropFdClass uint32
 
 const (
@@ -93,7 +163,13 @@ const (
 	FastdropFdDirectFD_DIR_FLAGS_END FastdropFdDirect = 197375
 	FastdropFdDirectFD_DIR_QUEUE     FastdropFdDirect = 197376
 	FastdropFdDirectFD_DIR_QUEUE_END FastdropFdDirect = 197887
-	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 197888
+	FastdropFdDirectFD_DIR_DSCP      FastdropFdDirect = 197888
+	FastdropFdDirectFD_DIR_DSCP_END  FastdropFdDirect = 197951
+	FastdropFdDirectFD_DIR_TYPE      FastdropFdDirect = 197952
+	FastdropFdDirectFD_DIR_TYPE_END  FastdropFdDirect = 198207
+	FastdropFdDirectFD_DIR_CODE      FastdropFdDirect = 198208
+	FastdropFdDirectFD_DIR_CODE_END  FastdropFdDirect = 198463
+	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 198464
 )
 
 type FastdropFdField uint32
@@ -110,82 +186,87 @@ const (
 	FastdropFdFieldFD_FLD_TTL   FastdropFdField = 8
 	FastdropFdFieldFD_FLD_FLAGS FastdropFdField = 9
 	FastdropFdFieldFD_FLD_QUEUE FastdropFdField = 10
-	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 11
+	FastdropFdFieldFD_FLD_DSCP  FastdropFdField = 11
+	FastdropFdFieldFD_FLD_TYPE  FastdropFdField = 12
+	FastdropFdFieldFD_FLD_CODE  FastdropFdField = 13
+	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 14
 )
 
 type FastdropFdLayout uint32
 
 const (
-	FastdropFdLayoutFD_MAX_COMPOUND   FastdropFdLayout = 256
-	FastdropFdLayoutFD_BM_WORDS       FastdropFdLayout = 4
-	FastdropFdLayoutFD_KINDS          FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION FastdropFdLayout = 5
-	FastdropFdLayoutFD_REC_SIZE       FastdropFdLayout = 128
-	FastdropFdLayoutFD_ORIGIN_LEN     FastdropFdLayout = 16
-	FastdropFdLayoutFD_COUNTER_SIZE   FastdropFdLayout = 16
-	FastdropFdLayoutFD_V6ENT_SIZE     FastdropFdLayout = 32
-	FastdropFdLayoutFD_VAL_ACT_SHIFT  FastdropFdLayout = 29
-	FastdropFdLayoutFD_VAL_SLOT_MASK  FastdropFdLayout = 536870911
-	FastdropFdLayoutFD_SLOT_MALFORMED FastdropFdLayout = 0
-	FastdropFdLayoutFD_SLOT_DEFAULT   FastdropFdLayout = 4
-	FastdropFdLayoutFD_SLOT_RETIRED   FastdropFdLayout = 8
-	FastdropFdLayoutFD_SLOT_BANNED    FastdropFdLayout = 13
-	FastdropFdLayoutFD_SLOT_RULES     FastdropFdLayout = 16
-	FastdropFdLayoutFD_POLICE_MAX     FastdropFdLayout = 1024
-	FastdropFdLayoutFD_POLICE_SIZE    FastdropFdLayout = 64
-	FastdropFdLayoutFD_PCNT_SIZE      FastdropFdLayout = 32
-	FastdropFdLayoutFD_POL_TIME_SHIFT FastdropFdLayout = 4
-	FastdropFdLayoutFD_POL_BYTE_SHIFT FastdropFdLayout = 16
-	FastdropFdLayoutFD_BAN_LENS       FastdropFdLayout = 4
-	FastdropFdLayoutFD_DIRECT         FastdropFdLayout = 65536
-	FastdropFdLayoutFD_FRONT_PORTS_N  FastdropFdLayout = 262144
-	FastdropFdLayoutFD_FRONT_PROTO_N  FastdropFdLayout = 1024
-	FastdropFdLayoutFD_QUEUES         FastdropFdLayout = 256
-	FastdropFdLayoutFD_TAB_SRC4       FastdropFdLayout = 197888
-	FastdropFdLayoutFD_TAB_DST4       FastdropFdLayout = 263424
-	FastdropFdLayoutFD_TAB_SRC6       FastdropFdLayout = 328960
-	FastdropFdLayoutFD_TAB_DST6       FastdropFdLayout = 394496
-	FastdropFdLayoutFD_TAB_POOL       FastdropFdLayout = 460032
-	FastdropFdLayoutFD_TAB_CHUNK      FastdropFdLayout = 256
-	FastdropFdLayoutFD_TAB_CHUNKS     FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS     FastdropFdLayout = 2557184
-	FastdropFdLayoutFD_TAB_FPROTO     FastdropFdLayout = 2819328
-	FastdropFdLayoutFD_TAB_W4         FastdropFdLayout = 2820352
-	FastdropFdLayoutFD_TAB_W4L1       FastdropFdLayout = 1048576
-	FastdropFdLayoutFD_TAB_W4CHUNK    FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL     FastdropFdLayout = 4917504
-	FastdropFdLayoutFD_TAB_W4CHUNKS   FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF       FastdropFdLayout = 5441792
-	FastdropFdLayoutFD_TAB_EXT        FastdropFdLayout = 32768
-	FastdropFdLayoutFD_BM_FIELD       FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT       FastdropFdLayout = 11264
-	FastdropFdLayoutFD_BM_FRONTS      FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF        FastdropFdLayout = 15360
-	FastdropFdLayoutFD_B64SRC4        FastdropFdLayout = 197888
-	FastdropFdLayoutFD_B64DST4        FastdropFdLayout = 198912
-	FastdropFdLayoutFD_B64SRC6        FastdropFdLayout = 199936
-	FastdropFdLayoutFD_B64DST6        FastdropFdLayout = 200960
-	FastdropFdLayoutFD_B64PORTS       FastdropFdLayout = 201984
-	FastdropFdLayoutFD_B64FRONT       FastdropFdLayout = 464128
-	FastdropFdLayoutFD_B64HALF        FastdropFdLayout = 465152
-	FastdropFdLayoutFD_CLS_TAB        FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM         FastdropFdLayout = 10883584
-	FastdropFdLayoutFD_CLS_B64        FastdropFdLayout = 11375104
-	FastdropFdLayoutFD_CLS_SIZE       FastdropFdLayout = 15096320
-	FastdropFdLayoutFD_V4TBL24        FastdropFdLayout = 16777216
-	FastdropFdLayoutFD_V4GROUP        FastdropFdLayout = 256
-	FastdropFdLayoutFD_V4SPARSE_MAX   FastdropFdLayout = 11
-	FastdropFdLayoutFD_V4SPARSE_SIZE  FastdropFdLayout = 64
-	FastdropFdLayoutFD_MAIN_STAMP     FastdropFdLayout = 64
-	FastdropFdLayoutFD_MAIN_HALF      FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_CLS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24     FastdropFdLayout = 15100416
-	FastdropFdLayoutFD_HALF_SIZE      FastdropFdLayout = 82209280
-	FastdropFdLayoutFD_V6USED         FastdropFdLayout = 1
-	FastdropFdLayoutFD_V6MARKER       FastdropFdLayout = 2
-	FastdropFdLayoutFD_V6PREFIX       FastdropFdLayout = 4
-	FastdropFdLayoutFD_V6PROBES       FastdropFdLayout = 16
-	FastdropFdLayoutFD_V6DEPTH        FastdropFdLayout = 8
+	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
+	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
+	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 8
+	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 128
+	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
+	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
+	FastdropFdLayoutFD_V6ENT_SIZE      FastdropFdLayout = 32
+	FastdropFdLayoutFD_VAL_ACT_SHIFT   FastdropFdLayout = 29
+	FastdropFdLayoutFD_VAL_SLOT_MASK   FastdropFdLayout = 536870911
+	FastdropFdLayoutFD_SLOT_MALFORMED  FastdropFdLayout = 0
+	FastdropFdLayoutFD_SLOT_DEFAULT    FastdropFdLayout = 4
+	FastdropFdLayoutFD_SLOT_RETIRED    FastdropFdLayout = 8
+	FastdropFdLayoutFD_SLOT_BANNED     FastdropFdLayout = 13
+	FastdropFdLayoutFD_SLOT_RULES      FastdropFdLayout = 16
+	FastdropFdLayoutFD_POLICE_MAX      FastdropFdLayout = 1024
+	FastdropFdLayoutFD_POLICE_SIZE     FastdropFdLayout = 64
+	FastdropFdLayoutFD_PCNT_SIZE       FastdropFdLayout = 32
+	FastdropFdLayoutFD_POL_TIME_SHIFT  FastdropFdLayout = 4
+	FastdropFdLayoutFD_POL_BYTE_SHIFT  FastdropFdLayout = 16
+	FastdropFdLayoutFD_BAN_LENS        FastdropFdLayout = 4
+	FastdropFdLayoutFD_DIRECT          FastdropFdLayout = 65536
+	FastdropFdLayoutFD_FRONT_PORTS_N   FastdropFdLayout = 262144
+	FastdropFdLayoutFD_FRONT_PROTO_N   FastdropFdLayout = 1024
+	FastdropFdLayoutFD_QUEUES          FastdropFdLayout = 256
+	FastdropFdLayoutFD_TAB_SRC4        FastdropFdLayout = 198464
+	FastdropFdLayoutFD_TAB_DST4        FastdropFdLayout = 264000
+	FastdropFdLayoutFD_TAB_SRC6        FastdropFdLayout = 329536
+	FastdropFdLayoutFD_TAB_DST6        FastdropFdLayout = 395072
+	FastdropFdLayoutFD_TAB_POOL        FastdropFdLayout = 460608
+	FastdropFdLayoutFD_TAB_CHUNK       FastdropFdLayout = 256
+	FastdropFdLayoutFD_TAB_CHUNKS      FastdropFdLayout = 8192
+	FastdropFdLayoutFD_TAB_FPORTS      FastdropFdLayout = 2557760
+	FastdropFdLayoutFD_TAB_FPROTO      FastdropFdLayout = 2819904
+	FastdropFdLayoutFD_TAB_W4          FastdropFdLayout = 2820928
+	FastdropFdLayoutFD_TAB_W4L1        FastdropFdLayout = 1048576
+	FastdropFdLayoutFD_TAB_W4CHUNK     FastdropFdLayout = 4096
+	FastdropFdLayoutFD_TAB_W4POOL      FastdropFdLayout = 4918080
+	FastdropFdLayoutFD_TAB_W4CHUNKS    FastdropFdLayout = 128
+	FastdropFdLayoutFD_TAB_HALF        FastdropFdLayout = 5442368
+	FastdropFdLayoutFD_TAB_EXT         FastdropFdLayout = 32768
+	FastdropFdLayoutFD_BM_FIELD        FastdropFdLayout = 1024
+	FastdropFdLayoutFD_BM_FRONT        FastdropFdLayout = 14336
+	FastdropFdLayoutFD_BM_FRONTS       FastdropFdLayout = 4096
+	FastdropFdLayoutFD_BM_HALF         FastdropFdLayout = 18432
+	FastdropFdLayoutFD_B64SRC4         FastdropFdLayout = 198464
+	FastdropFdLayoutFD_B64DST4         FastdropFdLayout = 199488
+	FastdropFdLayoutFD_B64SRC6         FastdropFdLayout = 200512
+	FastdropFdLayoutFD_B64DST6         FastdropFdLayout = 201536
+	FastdropFdLayoutFD_B64PORTS        FastdropFdLayout = 202560
+	FastdropFdLayoutFD_B64FRONT        FastdropFdLayout = 464704
+	FastdropFdLayoutFD_B64HALF         FastdropFdLayout = 465728
+	FastdropFdLayoutFD_CLS_TAB         FastdropFdLayout = 0
+	FastdropFdLayoutFD_CLS_BM          FastdropFdLayout = 10884736
+	FastdropFdLayoutFD_CLS_B64         FastdropFdLayout = 11474560
+	FastdropFdLayoutFD_CLS_SIZE        FastdropFdLayout = 15200384
+	FastdropFdLayoutFD_V4TBL24         FastdropFdLayout = 16777216
+	FastdropFdLayoutFD_V4GROUP         FastdropFdLayout = 256
+	FastdropFdLayoutFD_V4SPARSE_MAX    FastdropFdLayout = 11
+	FastdropFdLayoutFD_V4SPARSE_SIZE   FastdropFdLayout = 64
+	FastdropFdLayoutFD_MAIN_CAP_ACTIVE FastdropFdLayout = 16
+	FastdropFdLayoutFD_MAIN_STAMP      FastdropFdLayout = 64
+	FastdropFdLayoutFD_MAIN_CAP        FastdropFdLayout = 1024
+	FastdropFdLayoutFD_MAIN_HALF       FastdropFdLayout = 4096
+	FastdropFdLayoutFD_HALF_CLS        FastdropFdLayout = 4096
+	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 15204480
+	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 82313344
+	FastdropFdLayoutFD_V6USED          FastdropFdLayout = 1
+	FastdropFdLayoutFD_V6MARKER        FastdropFdLayout = 2
+	FastdropFdLayoutFD_V6PREFIX        FastdropFdLayout = 4
+	FastdropFdLayoutFD_V6PROBES        FastdropFdLayout = 16
+	FastdropFdLayoutFD_V6DEPTH         FastdropFdLayout = 8
 )
 
 type FastdropFdLimFlags uint32
@@ -231,6 +312,9 @@ const (
 	FastdropFdRecFlagsFD_REC_TTL   FastdropFdRecFlags = 64
 	FastdropFdRecFlagsFD_REC_FLAGS FastdropFdRecFlags = 128
 	FastdropFdRecFlagsFD_REC_QUEUE FastdropFdRecFlags = 256
+	FastdropFdRecFlagsFD_REC_DSCP  FastdropFdRecFlags = 512
+	FastdropFdRecFlagsFD_REC_TYPE  FastdropFdRecFlags = 1024
+	FastdropFdRecFlagsFD_REC_CODE  FastdropFdRecFlags = 2048
 )
 
 type FastdropFdRuleRec struct {
@@ -259,7 +343,10 @@ type FastdropFdRuleRec struct {
 	TcpExact   uint8
 	QueueLo    uint16
 	QueueHi    uint16
-	Match      [4]uint8
+	DscpLo     uint8
+	DscpHi     uint8
+	DscpNamed  uint8
+	TypeNamed  uint8
 	Origin     [16]int8
 	LimRate    uint64
 	LimBurst   uint32
@@ -269,7 +356,11 @@ type FastdropFdRuleRec struct {
 	LimLen4    uint8
 	LimLen6    uint8
 	LimPad     [3]uint8
-	Reserved   [8]uint8
+	Sample     uint32
+	TypeLo     uint8
+	TypeHi     uint8
+	CodeLo     uint8
+	CodeHi     uint8
 }
 
 type FastdropFdSrcKey struct {
@@ -338,6 +429,9 @@ const (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	FastdropMapFdBans            = "fd_bans"
+	FastdropMapFdCapCpu          = "fd_cap_cpu"
+	FastdropMapFdCapRings        = "fd_cap_rings"
+	FastdropMapFdCapSamples      = "fd_cap_samples"
 	FastdropMapFdCounters        = "fd_counters"
 	FastdropMapFdMain            = "fd_main"
 	FastdropMapFdPolCnt          = "fd_pol_cnt"
@@ -408,6 +502,9 @@ type FastdropProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type FastdropMapSpecs struct {
 	FdBans        *ebpf.MapSpec `ebpf:"fd_bans"`
+	FdCapCpu      *ebpf.MapSpec `ebpf:"fd_cap_cpu"`
+	FdCapRings    *ebpf.MapSpec `ebpf:"fd_cap_rings"`
+	FdCapSamples  *ebpf.MapSpec `ebpf:"fd_cap_samples"`
 	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
 	FdMain        *ebpf.MapSpec `ebpf:"fd_main"`
 	FdPolCnt      *ebpf.MapSpec `ebpf:"fd_pol_cnt"`
@@ -452,6 +549,9 @@ func (o *FastdropObjects) Close() error {
 // It can be passed to LoadFastdropObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FastdropMaps struct {
 	FdBans        *ebpf.Map `ebpf:"fd_bans"`
+	FdCapCpu      *ebpf.Map `ebpf:"fd_cap_cpu"`
+	FdCapRings    *ebpf.Map `ebpf:"fd_cap_rings"`
+	FdCapSamples  *ebpf.Map `ebpf:"fd_cap_samples"`
 	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
 	FdMain        *ebpf.Map `ebpf:"fd_main"`
 	FdPolCnt      *ebpf.Map `ebpf:"fd_pol_cnt"`
@@ -468,6 +568,9 @@ type FastdropMaps struct {
 func (m *FastdropMaps) Close() error {
 	return _FastdropClose(
 		m.FdBans,
+		m.FdCapCpu,
+		m.FdCapRings,
+		m.FdCapSamples,
 		m.FdCounters,
 		m.FdMain,
 		m.FdPolCnt,

@@ -28,6 +28,38 @@ type LpmtrieFdBan struct {
 	Epoch   uint32
 }
 
+type LpmtrieFdCapCpu struct {
+	_   structs.HostLayout
+	Cnt [8]struct {
+		_     structs.HostLayout
+		Seen  uint64
+		Sent  uint64
+		Lost  uint64
+		Win   uint64
+		Nwin  uint32
+		Skip  uint32
+		Nonce uint32
+		Pad   uint32
+	}
+	RuleSent uint64
+	RuleLost uint64
+	Rec      struct {
+		_       structs.HostLayout
+		Tstamp  uint64
+		Len     uint32
+		Caplen  uint32
+		Val     uint32
+		Nonce   uint32
+		Cpu     uint32
+		Queue   uint32
+		Verdict uint8
+		Class   uint8
+		Flags   uint8
+		Pad     [5]uint8
+	}
+	Data [9216]uint8
+}
+
 type LpmtrieFdLpm4Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -81,7 +113,10 @@ type LpmtrieFdRuleRec struct {
 	TcpExact   uint8
 	QueueLo    uint16
 	QueueHi    uint16
-	Match      [4]uint8
+	DscpLo     uint8
+	DscpHi     uint8
+	DscpNamed  uint8
+	TypeNamed  uint8
 	Origin     [16]int8
 	LimRate    uint64
 	LimBurst   uint32
@@ -91,7 +126,11 @@ type LpmtrieFdRuleRec struct {
 	LimLen4    uint8
 	LimLen6    uint8
 	LimPad     [3]uint8
-	Reserved   [8]uint8
+	Sample     uint32
+	TypeLo     uint8
+	TypeHi     uint8
+	CodeLo     uint8
+	CodeHi     uint8
 }
 
 type LpmtrieFdSrcKey struct {
@@ -116,6 +155,9 @@ type LpmtrieFdV4Sparse struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	LpmtrieMapFdBans          = "fd_bans"
+	LpmtrieMapFdCapCpu        = "fd_cap_cpu"
+	LpmtrieMapFdCapRings      = "fd_cap_rings"
+	LpmtrieMapFdCapSamples    = "fd_cap_samples"
 	LpmtrieMapFdCounters      = "fd_counters"
 	LpmtrieMapFdLpm4          = "fd_lpm4"
 	LpmtrieMapFdLpm6          = "fd_lpm6"
@@ -187,6 +229,9 @@ type LpmtrieProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LpmtrieMapSpecs struct {
 	FdBans        *ebpf.MapSpec `ebpf:"fd_bans"`
+	FdCapCpu      *ebpf.MapSpec `ebpf:"fd_cap_cpu"`
+	FdCapRings    *ebpf.MapSpec `ebpf:"fd_cap_rings"`
+	FdCapSamples  *ebpf.MapSpec `ebpf:"fd_cap_samples"`
 	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
 	FdLpm4        *ebpf.MapSpec `ebpf:"fd_lpm4"`
 	FdLpm6        *ebpf.MapSpec `ebpf:"fd_lpm6"`
@@ -234,6 +279,9 @@ func (o *LpmtrieObjects) Close() error {
 // It can be passed to LoadLpmtrieObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LpmtrieMaps struct {
 	FdBans        *ebpf.Map `ebpf:"fd_bans"`
+	FdCapCpu      *ebpf.Map `ebpf:"fd_cap_cpu"`
+	FdCapRings    *ebpf.Map `ebpf:"fd_cap_rings"`
+	FdCapSamples  *ebpf.Map `ebpf:"fd_cap_samples"`
 	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
 	FdLpm4        *ebpf.Map `ebpf:"fd_lpm4"`
 	FdLpm6        *ebpf.Map `ebpf:"fd_lpm6"`
@@ -253,6 +301,9 @@ type LpmtrieMaps struct {
 func (m *LpmtrieMaps) Close() error {
 	return _LpmtrieClose(
 		m.FdBans,
+		m.FdCapCpu,
+		m.FdCapRings,
+		m.FdCapSamples,
 		m.FdCounters,
 		m.FdLpm4,
 		m.FdLpm6,

@@ -4,8 +4,10 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/cilium/ebpf"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xdpdrop/xdpdrop/capture"
 	"github.com/xdpdrop/xdpdrop/fastdrop"
 )
 
@@ -31,6 +33,8 @@ type DropCollector struct {
 	rules, omitted, scrapeOK *prometheus.Desc
 	// Limit rules: frames and bytes by result (conform, exceed), bans.
 	limitPackets, limitBytes, limitBans *prometheus.Desc
+	// Samples of rules' sample modifiers (package capture), by result.
+	ruleSamples *prometheus.Desc
 }
 
 // NewDropCollector returns a collector with no interfaces. maxRuleSeries
@@ -69,6 +73,9 @@ func NewDropCollector(maxRuleSeries int) *DropCollector {
 		limitBans: prometheus.NewDesc("xdpdrop_limit_bans_total",
 			"Sources a limit rule banned.",
 			[]string{"interface", "rule"}, nil),
+		ruleSamples: prometheus.NewDesc("xdpdrop_rule_samples_total",
+			"Frames that rules' sample modifiers sent to the program's ring of rule samples, by result: sent, or lost (the ring was full: no one read it in time).",
+			[]string{"interface", "result"}, nil),
 		scrapeOK: prometheus.NewDesc("xdpdrop_counters_up",
 			"1 if the interface's counters could be read at this scrape, else 0.",
 			[]string{"interface"}, nil),
@@ -88,7 +95,7 @@ func (c *DropCollector) Set(iface string, src DropCounters) {
 
 // Describe implements prometheus.Collector.
 func (c *DropCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.rulePackets, c.ruleBytes, c.rules, c.omitted, c.scrapeOK, c.limitPackets, c.limitBytes, c.limitBans} {
+	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.rulePackets, c.ruleBytes, c.rules, c.omitted, c.scrapeOK, c.limitPackets, c.limitBytes, c.limitBans, c.ruleSamples} {
 		ch <- d
 	}
 }
@@ -110,7 +117,27 @@ func (c *DropCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.scrapeOK, prometheus.GaugeValue, 1, iface)
 		c.collectOne(ch, iface, cs)
+		c.collectSamples(ch, iface, src)
 	}
+}
+
+// collectSamples exports the rule samples' counts of a source that has
+// the program's maps (a fastdrop.Engine); others have none to export.
+func (c *DropCollector) collectSamples(ch chan<- prometheus.Metric, iface string, src DropCounters) {
+	ms, ok := src.(interface{ Maps() map[string]*ebpf.Map })
+	if !ok {
+		return
+	}
+	m, err := capture.MapsOf(ms.Maps())
+	if err != nil {
+		return
+	}
+	st, err := capture.RuleSampleStats(m)
+	if err != nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.ruleSamples, prometheus.CounterValue, float64(st.Sent), iface, "sent")
+	ch <- prometheus.MustNewConstMetric(c.ruleSamples, prometheus.CounterValue, float64(st.Lost), iface, "lost")
 }
 
 func (c *DropCollector) collectOne(ch chan<- prometheus.Metric, iface string, cs *fastdrop.Counters) {

@@ -161,6 +161,18 @@ func TestRunInFlight(t *testing.T) {
 
 	_, err = g.Run(context.Background(), veth.PeerIndex, f.Bytes, pktgen.RunOptions{Count: 1, InFlight: pktgen.MaxInFlight + 1})
 	require.ErrorContains(t, err, "calls in flight: want 1 to 16")
+	// A call time is checked as the CLI's --call-time is; zero is the
+	// default.
+	for _, ct := range []time.Duration{time.Microsecond, -time.Second, 11 * time.Second} {
+		_, err = g.Run(context.Background(), veth.PeerIndex, f.Bytes, pktgen.RunOptions{Count: 1, CallTime: ct})
+		require.ErrorContains(t, err, "call time "+ct.String()+": want 1ms to 10s")
+	}
+	require.NoError(t, veth.InPeerNS(func() error {
+		st, err = g.Run(context.Background(), veth.PeerIndex, f.Bytes, pktgen.RunOptions{Count: 10, CallTime: 0})
+		return err
+	}))
+	require.Equal(t, uint64(10), st.Sent)
+	require.Equal(t, pktgen.DefaultInFlight, st.InFlight)
 }
 
 // TestStatsShares checks the busy and idle shares against hand-computed

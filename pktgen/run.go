@@ -61,6 +61,11 @@ const (
 	DefaultInFlight = 2
 	MaxInFlight     = 16
 	DefaultCallTime = 50 * time.Millisecond
+	// MinCallTime and MaxCallTime bound CallTime: shorter calls cost more
+	// in system calls and dispatcher changes than they send, longer ones
+	// hold a stop back for too long.
+	MinCallTime = time.Millisecond
+	MaxCallTime = 10 * time.Second
 	// firstChunk is the size of the first call, before any rate is known.
 	firstChunk = 65536
 	// minChunk keeps the system call's cost small next to the frames.
@@ -142,8 +147,11 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 	if opts.InFlight < 1 || opts.InFlight > MaxInFlight {
 		return Stats{}, fmt.Errorf("pktgen: %d calls in flight: want 1 to %d", opts.InFlight, MaxInFlight)
 	}
-	if opts.CallTime <= 0 {
+	if opts.CallTime == 0 {
 		opts.CallTime = DefaultCallTime
+	}
+	if opts.CallTime < MinCallTime || opts.CallTime > MaxCallTime {
+		return Stats{}, fmt.Errorf("pktgen: call time %v: want %v to %v", opts.CallTime, MinCallTime, MaxCallTime)
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second

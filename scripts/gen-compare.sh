@@ -1,6 +1,7 @@
 #!/bin/sh
 # gen-compare.sh: how fast `xdpdrop gen` offers frames with its default
-# (time-sized live-frames runs, two in flight) against fixed chunkings,
+# (time-sized live-frames runs in flight) against other sizes and counts
+# of runs in flight and fixed chunkings,
 # alternating them in one run so that other work on the machine hits every
 # variant alike (docs/BENCHMARKS.md, "The generator").
 #
@@ -32,11 +33,12 @@ ip -n "$ns" link set "$peer" up
 
 # name and gen flags of each variant
 set -- \
-	"default (time-sized runs, 2 in flight)|" \
+	"default|" \
+	"2 in flight, runs of 250ms|--in-flight 2 --call-time 250ms" \
+	"3 in flight, runs of 50ms|--in-flight 3 --call-time 50ms" \
+	"1 in flight, runs of 1s|--in-flight 1 --call-time 1s" \
 	"fixed 65536 per run, 1 in flight (before)|--in-flight 1 --chunk 65536" \
-	"fixed 1048576 per run, 1 in flight|--in-flight 1 --chunk 1048576" \
-	"fixed 4194304 per run, 1 in flight|--in-flight 1 --chunk 4194304" \
-	"fixed 65536 per run, 2 in flight|--in-flight 2 --chunk 65536"
+	"fixed 4194304 per run, 1 in flight (best)|--in-flight 1 --chunk 4194304"
 if [ -n "${OTHER:-}" ]; then
 	set -- "$@" "default of $OTHER|"
 fi

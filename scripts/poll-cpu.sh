@@ -59,7 +59,14 @@ while [ "$r" -le "$ROUNDS" ]; do
 				--duration "$((SECS + 3))s" $EXTRA >"$out" &
 		fi
 		pid=$!
-		sleep 1.5
+		# Under load, redirect's start (loading and attaching) can take
+		# longer than a fixed wait: count from its program's attachment.
+		i=0
+		while ! ip link show "$host" | grep -q " xdp" && [ "$i" -lt 300 ]; do
+			sleep 0.1
+			i=$((i + 1))
+		done
+		sleep 1
 		t0=$(ticks "$pid")
 		taskset -c 0 "$NEW" gen --netns "$ns" --iface "$peer" --batch 256 --rate "$RATE" --duration "${SECS}s" --quiet --json >/dev/null
 		# xdpsock prints its totals every second: wait for one after the traffic.

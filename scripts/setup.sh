@@ -12,7 +12,8 @@ fi
 # clang-19/llvm-19 build the BPF objects (make generate, check-generate);
 # bpftool, iproute2 and ethtool are for inspecting by hand and the tests'
 # helpers; linux-libc-dev and libbpf-dev provide the headers the C includes;
-# tcpdump makes and reads the real captures `xdpdrop test` is tested with.
+# tcpdump makes and reads the real captures `xdpdrop test` is tested with,
+# and reads back the pcapng that `xdpdrop capture` writes.
 pkgs=(clang-19 llvm-19 bpftool libbpf-dev linux-libc-dev iproute2 ethtool tcpdump)
 missing=()
 for p in "${pkgs[@]}"; do

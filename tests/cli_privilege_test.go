@@ -10,10 +10,13 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/xdpdrop/xdpdrop/capture"
+	"github.com/xdpdrop/xdpdrop/gen"
 	"github.com/xdpdrop/xdpdrop/internal/testenv"
 )
 
@@ -26,6 +29,7 @@ var (
 	capsAttach   = []string{"bpf", "net_admin", "perfmon"}
 	capsChange   = []string{"bpf"}
 	capsRedirect = []string{"bpf", "net_admin", "net_raw", "perfmon", "ipc_lock"}
+	capsCapture  = []string{"bpf"}
 )
 
 // setprivCmd prepares a command run by setpriv(1) as uid and gid
@@ -141,6 +145,21 @@ func TestCLILeastPrivilege(t *testing.T) {
 	require.Contains(t, scrape(t, url), `xdpdrop_rule_packets_total{action="drop",interface="`+v.Name+`",rule="drop udp dport 11211"} 100`)
 	require.NoError(t, exp.Process.Signal(syscall.SIGINT))
 	require.NoError(t, exp.Wait(), "exporter exits 0 on Ctrl-C")
+
+	capCmd, capOut, capErr := startCaptureCmd(t, setprivCmd(t, capsCapture, xdpdropBin,
+		append([]string{"capture", "--iface", v.Name, "--rule", "drop udp dport 11211", "--count", "5"}, pr...)...), nil)
+	send(t, v, "5", "11211")
+	_, captured, _ := stopCapture(t, capCmd, capErr, nil)
+	require.Equal(t, uint64(5), captured)
+	require.Equal(t, 5, strings.Count(capOut.String(), `"drop udp dport 11211", queue 0`), capOut.String())
+	// Read as root from the service user's pins (which the loader, as
+	// root, rightly refuses to trust): no registration left.
+	main, err := ebpf.LoadPinnedMap(filepath.Join(pins, v.Name, "maps", gen.FastdropMapFdMain), nil)
+	require.NoError(t, err)
+	reg, err := capture.Registrations(main)
+	main.Close()
+	require.NoError(t, err)
+	require.Zero(t, reg)
 
 	r = cliCaps(t, nil, append([]string{"detach", "--iface", v.Name}, pr...)...)
 	require.Equal(t, 0, r.code, r.stderr)

@@ -128,12 +128,22 @@ func (s *Socket) idle(spinStart *time.Time) error {
 }
 
 // rawPollWait is how long poll mode waits for frames in a raw poll() (see
-// pollRaw) before it falls back to the runtime's blocking one: longer than
-// the gaps between batches while frames flow (64 frames at 1 Mpps take
-// 64µs), short enough that an idle socket soon sleeps the ordinary way.
-// On a CPU shared with the kernel's receive work this doubled the frames
-// received (docs/BENCHMARKS.md); 1 ms did the same.
-const rawPollWait = 200 * time.Microsecond
+// pollRaw) before it falls back to the runtime's blocking one: long enough
+// that while frames flow, even in bursts with gaps of tens of milliseconds
+// (a paced or descheduled sender), every wait is a raw one, short enough
+// that an idle socket soon sleeps the ordinary way.
+//
+// Each fallback costs more than its own system call: the runtime's monitor
+// thread takes the P of a blocking call that lasts over 20µs, and once it
+// has taken one it wakes every 20µs for a while instead of every 10ms,
+// each time a context switch on the socket's CPU, besides the futex
+// wake-ups that give the P back. With the 200µs wait this replaced, a
+// third of poll mode's context switches on a core of its own were the
+// monitor's (docs/BENCHMARKS.md, "Poll mode: CPU per frame"). The monitor
+// still interrupts a raw wait every 10ms with the runtime's preemption
+// signal (EINTR), and the loop then yields at once, so the collector and
+// other goroutines wait no longer than for a goroutine that spins.
+const rawPollWait = 50 * time.Millisecond
 
 // pollBatch is poll mode's poll() before a batch, one system call per
 // batch as in xdpsock -p while frames flow. When the RX ring already shows
@@ -144,19 +154,34 @@ const rawPollWait = 200 * time.Microsecond
 // in the ordinary blocking poll().
 func (s *Socket) pollBatch() error {
 	if s.rx.avail(1) == 0 {
-		s.c.polls.Add(1)
-		n, errno := pollRaw(s.pollFds[:], rawPollWait)
-		switch {
-		case errno != 0 && errno != unix.EINTR:
-			return fmt.Errorf("xsk: poll ifindex %d queue %d: %w", s.ifindex, s.queue, errno)
-		case s.pollFds[1].Revents != 0:
-			s.drainEventfd()
-			return nil
-		case n > 0 || errno == unix.EINTR:
-			return nil
+		// The raw wait is bounded in total, not per call: the
+		// preemption signal cuts each call short (EINTR) every 10ms.
+		now := time.Now()
+		if s.rawUntil.IsZero() {
+			s.rawUntil = now.Add(rawPollWait)
 		}
-		return s.poll(s.pollTimeout())
+		if left := s.rawUntil.Sub(now); left > 0 {
+			s.c.polls.Add(1)
+			n, errno := pollRaw(s.pollFds[:], left)
+			switch {
+			case errno != 0 && errno != unix.EINTR:
+				return fmt.Errorf("xsk: poll ifindex %d queue %d: %w", s.ifindex, s.queue, errno)
+			case s.pollFds[1].Revents != 0:
+				s.drainEventfd()
+				return nil
+			case n > 0:
+				s.rawUntil = time.Time{}
+				return nil
+			case errno == unix.EINTR:
+				return nil
+			}
+		}
+		s.c.blockingPolls.Add(1)
+		err := s.poll(s.pollTimeout())
+		s.rawUntil = time.Time{}
+		return err
 	}
+	s.rawUntil = time.Time{}
 	s.c.polls.Add(1)
 	switch errno := pollNow(&s.pollNowFd); errno {
 	case 0, unix.EINTR:

@@ -200,6 +200,9 @@ type Socket struct {
 	// pollNowFd is the socket alone, for poll mode's poll() when the RX
 	// ring has frames already.
 	pollNowFd unix.PollFd
+	// rawUntil is when poll mode's raw wait on an empty ring ends (zero:
+	// not waiting), see pollBatch.
+	rawUntil time.Time
 
 	evfd    int // eventfd that interrupts a poll() in Run or Wait (Close, context)
 	evbuf   [8]byte
@@ -217,7 +220,7 @@ type counters struct {
 	released, allocated                atomic.Uint64
 	txFrames, txBytes, txKicks, txBusy atomic.Uint64
 	completed                          atomic.Uint64
-	rxWakeups, polls                   atomic.Uint64
+	rxWakeups, polls, blockingPolls    atomic.Uint64
 }
 
 // Open creates an AF_XDP socket, registers or shares its UMEM, maps its

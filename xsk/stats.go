@@ -45,6 +45,10 @@ type Stats struct {
 	TxBusy    uint64 // of those, how many stopped before the TX ring was empty
 	RxWakeups uint64 // recvfrom() calls: need_wakeup on the fill ring, or busy polling
 	Polls     uint64 // poll() calls
+	// BlockingPolls counts poll mode's waits on an empty ring that found
+	// nothing within its raw wait and went on in the runtime's blocking
+	// poll() (an idle socket, or gaps in the traffic of milliseconds).
+	BlockingPolls uint64
 }
 
 // Stats returns the socket's counters. It may be called from any
@@ -84,5 +88,6 @@ func (s *Socket) Stats() (Stats, error) {
 		TxBusy:        c.txBusy.Load(),
 		RxWakeups:     c.rxWakeups.Load(),
 		Polls:         c.polls.Load(),
+		BlockingPolls: c.blockingPolls.Load(),
 	}, nil
 }

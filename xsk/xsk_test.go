@@ -1312,7 +1312,23 @@ func TestPollModePollsEveryBatch(t *testing.T) {
 	if err := <-sent; err != nil {
 		t.Fatal(err)
 	}
-	if st2, _ := s.Stats(); st2.RxFrames-st.RxFrames < 3000 {
+	st2, _ := s.Stats()
+	if st2.RxFrames-st.RxFrames < 3000 {
 		t.Errorf("received %d of 3000 frames sent while waiting", st2.RxFrames-st.RxFrames)
+	}
+
+	// An idle socket goes on from the raw wait to the runtime's blocking
+	// poll() within about 50ms, and a cancel still stops Run at once.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	start := time.Now()
+	if err := xsk.RxDrop(ctx2, s, xsk.ModeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Run took %v to stop after a 300ms context", d)
+	}
+	if st3, _ := s.Stats(); st3.BlockingPolls == st2.BlockingPolls {
+		t.Errorf("no blocking poll() in 300ms without traffic: an idle socket must sleep the ordinary way")
 	}
 }

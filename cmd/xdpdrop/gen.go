@@ -34,6 +34,7 @@ type genFlags struct {
 	batch            uint32
 	inFlight         int
 	chunk            uint64
+	callTime         time.Duration
 	jsonOut, quietly bool
 }
 
@@ -118,7 +119,10 @@ the peer; on a NIC, they leave on the wire.`,
 	fl.Uint32Var(&f.batch, "batch", 64, "frames per kernel batch, 1 to 256")
 	fl.IntVar(&f.inFlight, "in-flight", pktgen.DefaultInFlight, fmt.Sprintf("live: test runs in the kernel at once, each from a thread of its own, 1 to %d "+
 		"(one alone waits for two RCU grace periods per run; two overlapping runs never do)", pktgen.MaxInFlight))
-	fl.Uint64Var(&f.chunk, "chunk", 0, "live: frames per test run (0: sized so that each run takes about 50ms)")
+	fl.DurationVar(&f.callTime, "call-time", pktgen.DefaultCallTime, fmt.Sprintf("live: how long each test run should take, %v to %v; "+
+		"the frames per run are sized from the rate the previous runs reached (longer runs amortize the grace periods of runs that do not overlap, "+
+		"but a stop on Ctrl-C may wait for one)", pktgen.MinCallTime, pktgen.MaxCallTime))
+	fl.Uint64Var(&f.chunk, "chunk", 0, "live: frames per test run (0: sized by --call-time)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the summary as JSON")
 	fl.BoolVar(&f.quietly, "quiet", false, "no live rate display")
 	_ = cmd.MarkFlagRequired("iface")
@@ -141,6 +145,9 @@ func (a *app) gen(cmd *cobra.Command, f *genFlags) error {
 	}
 	if f.inFlight < 1 || f.inFlight > pktgen.MaxInFlight {
 		return usagef("--in-flight %d: want 1 to %d", f.inFlight, pktgen.MaxInFlight)
+	}
+	if f.callTime < pktgen.MinCallTime || f.callTime > pktgen.MaxCallTime {
+		return usagef("--call-time %v: want %v to %v", f.callTime, pktgen.MinCallTime, pktgen.MaxCallTime)
 	}
 	if f.chunk > math.MaxUint32 {
 		return usagef("--chunk %d: want at most %d frames", f.chunk, uint64(math.MaxUint32))
@@ -188,7 +195,7 @@ func (a *app) gen(cmd *cobra.Command, f *genFlags) error {
 		}
 		defer g.Close()
 		ro := pktgen.RunOptions{Count: f.count, Duration: f.duration, Rate: f.rate, Batch: f.batch,
-			InFlight: f.inFlight, Chunk: f.chunk}
+			InFlight: f.inFlight, Chunk: f.chunk, CallTime: f.callTime}
 		if !f.quietly && !f.jsonOut {
 			ro.Progress = func(s pktgen.Stats) {
 				fmt.Fprintf(a.stderr, "%8.1fs  %12d frames  %s\n", s.Elapsed.Seconds(), s.Sent, rate(s.PPS()))

@@ -67,6 +67,7 @@ http://ADDR/metrics, until Ctrl-C. Metrics:
   xdpdrop_rule_bytes_total{interface,rule,action}
   xdpdrop_rules{interface,kind}                   compound, prefix
   xdpdrop_rule_series_omitted{interface}          matched rules beyond --max-rule-series
+  xdpdrop_rule_samples_total{interface,result}    sent, lost: rules' sample modifiers
   xdpdrop_counters_up{interface}
 
 The long-running commands (redirect, stats --watch, demo) take --metrics too.`,
