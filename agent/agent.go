@@ -1,12 +1,15 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -42,25 +45,67 @@ type Agent struct {
 	routes []RouteStatus // the FlowSpec routes of the last reconcile
 	start  time.Time
 	swaps  uint64
+
+	// trCache holds the translation of every route held, by family, NLRI
+	// and actions: a route is translated once, not at every reconcile.
+	// Only the reconcile (one goroutine) uses it.
+	trCache map[string]cachedTranslation
 }
+
+type cachedTranslation struct {
+	tr  Translation
+	err error
+}
+
+// The origins of the agent's rules (fastdrop.Rule.Origin): the rules of
+// its rule files and inline rules, and those of its FlowSpec routes. They
+// are swapped separately (a BGP change never touches the file rules) and
+// leave every other origin's rules alone (xdpdrop drop and rules add, "drop";
+// xdpdrop redirect, "redirect"). Origins order the compound rules: the
+// drop command's first, then other origins by name (so OriginFiles before
+// OriginFlowSpec: "agent:fi" < "agent:fl"), then xdpdrop redirect's.
+const (
+	OriginFiles    = "agent:file"
+	OriginFlowSpec = "agent:flowspec"
+)
+
+// maxRefusedListed is how many refused file rules status lists (all are
+// counted).
+const maxRefusedListed = 100
 
 // fileState is a rule file: the rules last read from it without error,
 // and the error of the last read, if it failed.
 type fileState struct {
 	rules  *fastdrop.RuleSet // last good; nil until one read succeeded
+	sum    [sha256.Size]byte // of the text rules were read from
 	loaded time.Time         // when rules were read
 	err    error             // the last read's error; rules stay in force
 }
 
-// ifaceState is what is in force on an interface.
+// ifaceState is what is in force on an interface: the two halves, each
+// swapped only when what it is built from changed.
 type ifaceState struct {
-	inForce   bool // a rule set was applied
-	mode      string
-	fileRules []string
-	bgpRules  []string
-	policy    string
-	err       error // the last apply's error
-	applied   time.Time
+	mode    string
+	policy  string // policy/malformed in force
+	err     error  // the last swap's error (either half)
+	applied time.Time
+
+	// The file half (OriginFiles).
+	fileIn       bool   // in force
+	fileKey      string // what the half in force was built from
+	fileFailed   bool   // the last build or swap failed
+	fileTried    string // what it was built from
+	fileRules    int    // rules in force
+	fileCompound int    // of them compound
+	refused      []string
+	nrefused     int
+	refusedByBGP bool // a refused rule's prefix is a FlowSpec rule's: retry after BGP changes
+
+	// The BGP half (OriginFlowSpec).
+	bgpIn    bool
+	bgpWant  []string          // the FlowSpec rules wanted (before collisions)
+	bgpRules int               // rules in force
+	bgpKeys  map[string]string // routes refused here (collisions), by routeKey: the reason
 }
 
 // New checks cfg and makes an agent; nothing is touched until Run.
@@ -244,12 +289,25 @@ func (a *Agent) isRuleFile(name string) bool {
 }
 
 // readFiles reads every rule file; a file that fails keeps its last good
-// rules, and the error is logged and kept for status.
+// rules, and the error is logged and kept for status. A file whose text
+// did not change is not parsed again (its rules stay, and so does the
+// file half of the interfaces it feeds).
 func (a *Agent) readFiles(why string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for path, fs := range a.files {
-		rs, err := fastdrop.ParseFile(path)
+		b, err := os.ReadFile(path)
+		var rs *fastdrop.RuleSet
+		sum := sha256.Sum256(b)
+		if err == nil && fs.rules != nil && sum == fs.sum {
+			fs.err = nil
+			continue
+		}
+		if err == nil {
+			rs, err = fastdrop.Parse(bytes.NewReader(b), path)
+		} else {
+			err = fmt.Errorf("read rules: %w", err)
+		}
 		if err != nil {
 			if fs.err == nil || fs.err.Error() != err.Error() {
 				a.log.Error("rule file not loaded: the last good rules stay in force", "file", path, "error", err, "rules_in_force", ruleCount(fs.rules))
@@ -260,7 +318,7 @@ func (a *Agent) readFiles(why string) {
 		if fs.err != nil || fs.rules == nil || why != "start" {
 			a.log.Info("rule file loaded", "file", path, "rules", len(rs.Rules), "why", why)
 		}
-		fs.rules, fs.err, fs.loaded = rs, nil, time.Now()
+		fs.rules, fs.sum, fs.err, fs.loaded = rs, sum, nil, time.Now()
 	}
 }
 
@@ -271,61 +329,217 @@ func ruleCount(rs *fastdrop.RuleSet) int {
 	return len(rs.Rules)
 }
 
-// reconcile builds every interface's rule set and applies those that
-// changed: file rules first, then the FlowSpec rules in RFC 8955 order.
+// reconcile puts in force what changed: the file half of an interface
+// (OriginFiles) when its files changed, the BGP half (OriginFlowSpec,
+// the FlowSpec rules in RFC 8955 order) when the routes' rules changed.
+// A BGP change swaps only the BGP half; the file rules (a million,
+// perhaps) are neither rebuilt nor swapped.
 func (a *Agent) reconcile() {
+	for _, ic := range a.cfg.Interfaces {
+		a.reconcileFiles(ic, false)
+	}
 	var routes []RouteStatus
 	var bgpRules []fastdrop.Rule
-	var bgpText []string
+	var owner []int
 	if a.bgp != nil {
 		a.bgp.expire(time.Now())
-		routes, bgpRules = a.flowSpecRules(a.fileCompoundMax())
-		for _, r := range bgpRules {
-			bgpText = append(bgpText, r.String())
+		routes, bgpRules, owner = a.flowSpecRules(a.fileCompoundMax())
+	}
+	for _, ic := range a.cfg.Interfaces {
+		if a.cfg.appliesFlowSpec(ic.Name) {
+			a.reconcileBGP(ic, routes, bgpRules, owner)
+		} else {
+			a.reconcileBGP(ic, nil, nil, nil) // none here (and none left by an earlier config)
 		}
+	}
+	if a.bgp != nil {
+		a.logRouteChanges(routes)
 	}
 	a.mu.Lock()
 	a.routes = routes
 	a.mu.Unlock()
-	for _, ic := range a.cfg.Interfaces {
-		rs, fileText, err := a.ruleSetFor(ic)
-		var bgpHere []string
-		if err == nil && a.cfg.appliesFlowSpec(ic.Name) {
-			rs.Rules = append(rs.Rules, bgpRules...)
-			bgpHere = bgpText
-			err = rs.Validate()
-		}
-		a.mu.Lock()
-		st := a.ifaces[ic.Name]
-		same := st.inForce && st.err == nil && equal(st.fileRules, fileText) && equal(st.bgpRules, bgpHere) && st.policy == policyText(rs)
-		a.mu.Unlock()
-		if err != nil {
-			a.setIfaceErr(ic.Name, err)
-			a.log.Error("rules not applied: the rules in force stay in force", "interface", ic.Name, "error", err)
-			continue
-		}
-		if same {
-			continue
-		}
-		t0 := time.Now()
-		res, err := a.plane.apply(ic, rs)
-		if err != nil {
-			a.setIfaceErr(ic.Name, err)
-			a.log.Error("rules not applied: the rules in force stay in force", "interface", ic.Name, "error", err)
-			continue
-		}
-		a.mu.Lock()
-		st.inForce, st.err, st.applied, st.mode = true, nil, time.Now(), res.Mode
-		st.fileRules, st.bgpRules, st.policy = fileText, bgpHere, policyText(rs)
-		a.swaps++
-		a.mu.Unlock()
-		verb := "rules replaced"
-		if res.Attached {
-			verb = "attached"
-		}
-		a.log.Info(verb, "interface", ic.Name, "mode", res.Mode, "file_rules", len(fileText), "bgp_rules", len(bgpHere), "reloaded", res.Reloaded, "took", time.Since(t0).Round(time.Microsecond).String())
-	}
 	a.writeStatusFile()
+}
+
+// fileKey is what the file half of ic is built from: its files' texts
+// (their sums) and the config.
+func (a *Agent) fileKey(ic InterfaceConfig) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var sb strings.Builder
+	for _, f := range ic.RuleFiles {
+		if fs := a.files[f]; fs.rules != nil {
+			fmt.Fprintf(&sb, "%x ", fs.sum[:8])
+		} else {
+			sb.WriteString("- ")
+		}
+	}
+	return sb.String()
+}
+
+// reconcileFiles swaps the file half of ic if its files changed since it
+// was put in force (or force). Prefix rules that another origin holds
+// already are refused (listed in status), never the other's removed.
+func (a *Agent) reconcileFiles(ic InterfaceConfig, force bool) {
+	key := a.fileKey(ic)
+	a.mu.Lock()
+	st := a.ifaces[ic.Name]
+	skip := !force && (st.fileIn && st.fileKey == key || st.fileFailed && st.fileTried == key)
+	a.mu.Unlock()
+	if skip {
+		return
+	}
+	// A set that does not build is not tried again until a file changes;
+	// a swap that failed is, at the next reconcile.
+	fail := func(err error, final bool) {
+		a.mu.Lock()
+		st.err, st.fileFailed, st.fileTried = err, final, key
+		a.mu.Unlock()
+		a.log.Error("file rules not applied: the rules in force stay in force", "interface", ic.Name, "error", err)
+	}
+	rs, err := a.ruleSetFor(ic)
+	if err != nil {
+		fail(err, true)
+		return
+	}
+	t0 := time.Now()
+	var refused []string
+	byBGP := false
+	var res applied
+	for attempt := 0; ; attempt++ {
+		res, err = a.plane.apply(ic, OriginFiles, rs)
+		var ce *collisionError
+		if !errors.As(err, &ce) || attempt == 3 {
+			break
+		}
+		keep := rs.Rules[:0:0]
+		for i := range rs.Rules {
+			if why, ok := ce.refused[i]; ok {
+				refused = append(refused, rs.Rules[i].String()+": "+why)
+				byBGP = byBGP || strings.Contains(why, "origin "+OriginFlowSpec)
+				a.log.Warn("file rule refused", "interface", ic.Name, "rule", rs.Rules[i].String(), "reason", why)
+			} else {
+				keep = append(keep, rs.Rules[i])
+			}
+		}
+		rs = &fastdrop.RuleSet{Rules: keep, Policy: rs.Policy, Malformed: rs.Malformed}
+	}
+	if err != nil {
+		fail(err, false)
+		return
+	}
+	compound := 0
+	for i := range rs.Rules {
+		if !rs.Rules[i].IsPrefixOnly() {
+			compound++
+		}
+	}
+	a.mu.Lock()
+	st.fileIn, st.fileKey, st.fileFailed, st.err = true, key, false, nil
+	st.fileRules, st.fileCompound = len(rs.Rules), compound
+	st.nrefused, st.refusedByBGP = len(refused), byBGP
+	st.refused = refused[:min(len(refused), maxRefusedListed)]
+	a.applied(st, res)
+	a.mu.Unlock()
+	a.log.Info(verbOf(res, "file rules replaced"), "interface", ic.Name, "origin", OriginFiles, "mode", res.Mode, "rules", len(rs.Rules), "refused", len(refused), "reloaded", res.Reloaded, "took", time.Since(t0).Round(time.Microsecond).String())
+}
+
+// applied notes a swap in st (a.mu held).
+func (a *Agent) applied(st *ifaceState, res applied) {
+	if res.Policy != "" {
+		st.policy = res.Policy
+	}
+	if res.Mode != "" {
+		st.mode = res.Mode
+	}
+	if !res.Noop {
+		st.applied = time.Now()
+		a.swaps++
+	}
+}
+
+func verbOf(res applied, verb string) string {
+	if res.Attached {
+		return "attached"
+	}
+	return verb
+}
+
+// routeKey names a route in a pass's route list.
+func routeKey(r *RouteStatus) string { return r.Neighbor + " " + r.Family + " " + r.NLRI }
+
+// reconcileBGP swaps the BGP half of ic if its rules changed: rules, with
+// owner[i] the index in routes of the route rule i comes from. A route
+// with a prefix rule that another origin holds already is refused here
+// as a whole (never installed narrower), with the reason in its status.
+func (a *Agent) reconcileBGP(ic InterfaceConfig, routes []RouteStatus, rules []fastdrop.Rule, owner []int) {
+	want := make([]string, len(rules))
+	for i := range rules {
+		want[i] = rules[i].String()
+	}
+	a.mu.Lock()
+	st := a.ifaces[ic.Name]
+	same := st.bgpIn && slices.Equal(st.bgpWant, want)
+	out := st.bgpKeys
+	a.mu.Unlock()
+	if same {
+		markRefused(routes, out)
+		return
+	}
+	out = map[string]string{}
+	rs := &fastdrop.RuleSet{Rules: rules}
+	t0 := time.Now()
+	var res applied
+	var err error
+	for attempt := 0; ; attempt++ {
+		res, err = a.plane.apply(ic, OriginFlowSpec, rs)
+		var ce *collisionError
+		if !errors.As(err, &ce) || attempt == 3 {
+			break
+		}
+		for i, why := range ce.refused {
+			out[routeKey(&routes[owner[i]])] = why
+		}
+		var keep []fastdrop.Rule
+		for i := range rules {
+			if _, gone := out[routeKey(&routes[owner[i]])]; !gone {
+				keep = append(keep, rules[i])
+			}
+		}
+		rs = &fastdrop.RuleSet{Rules: keep}
+	}
+	if err != nil {
+		a.mu.Lock()
+		st.err = err
+		a.mu.Unlock()
+		a.log.Error("FlowSpec rules not applied: the rules in force stay in force", "interface", ic.Name, "error", err)
+		return
+	}
+	markRefused(routes, out)
+	a.mu.Lock()
+	retryFiles := st.refusedByBGP
+	st.bgpIn, st.bgpWant, st.bgpKeys, st.bgpRules, st.err = true, want, out, len(rs.Rules), nil
+	a.applied(st, res)
+	a.mu.Unlock()
+	if !res.Noop {
+		a.log.Info(verbOf(res, "bgp rules replaced"), "interface", ic.Name, "origin", OriginFlowSpec, "mode", res.Mode, "rules", len(rs.Rules), "refused_routes", len(out), "reloaded", res.Reloaded, "took", time.Since(t0).Round(time.Microsecond).String())
+	}
+	if retryFiles {
+		a.reconcileFiles(ic, true) // the FlowSpec rule that held a file rule's prefix may be gone
+	}
+}
+
+// markRefused marks the routes refused on an interface (out, by
+// routeKey) as refused.
+func markRefused(routes []RouteStatus, out map[string]string) {
+	if len(out) == 0 {
+		return
+	}
+	for i := range routes {
+		if why, ok := out[routeKey(&routes[i])]; ok && routes[i].State == RouteAccepted {
+			routes[i].State, routes[i].Reason, routes[i].Rules = RouteRefused, why, nil
+		}
+	}
 }
 
 func policyText(rs *fastdrop.RuleSet) string {
@@ -335,29 +549,19 @@ func policyText(rs *fastdrop.RuleSet) string {
 	return rs.EffectivePolicy().String() + "/" + rs.EffectiveMalformed().String()
 }
 
-func equal(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func (a *Agent) setIfaceErr(name string, err error) {
-	a.mu.Lock()
-	a.ifaces[name].err = err
-	a.mu.Unlock()
-}
-
-// ruleSetFor is the file part of an interface's rule set: the last good
-// rules of each file, then the inline rules, with the policies.
-func (a *Agent) ruleSetFor(ic InterfaceConfig) (*fastdrop.RuleSet, []string, error) {
+// ruleSetFor is the file half of an interface's rule set: the last good
+// rules of each file, then the inline rules, with the policies the files
+// and the config name (zero where none does: the interface's stay).
+func (a *Agent) ruleSetFor(ic InterfaceConfig) (*fastdrop.RuleSet, error) {
 	rs := &fastdrop.RuleSet{}
 	a.mu.Lock()
+	n := 0
+	for _, f := range ic.RuleFiles {
+		if fr := a.files[f].rules; fr != nil {
+			n += len(fr.Rules)
+		}
+	}
+	rs.Rules = make([]fastdrop.Rule, 0, n)
 	for _, f := range ic.RuleFiles {
 		if fr := a.files[f].rules; fr != nil {
 			rs.Rules = append(rs.Rules, fr.Rules...)
@@ -373,7 +577,7 @@ func (a *Agent) ruleSetFor(ic InterfaceConfig) (*fastdrop.RuleSet, []string, err
 	if ic.Rules != "" {
 		in, err := fastdrop.Parse(strings.NewReader(ic.Rules), "interface "+ic.Name+" rules")
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		rs.Rules = append(rs.Rules, in.Rules...)
 		if in.Policy != 0 {
@@ -390,43 +594,34 @@ func (a *Agent) ruleSetFor(ic InterfaceConfig) (*fastdrop.RuleSet, []string, err
 		rs.Malformed, _ = fastdrop.ParseAction(ic.Malformed)
 	}
 	if err := rs.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("the rules of %s together: %w", ic.Name, err)
+		return nil, fmt.Errorf("the rules of %s together: %w", ic.Name, err)
 	}
-	text := make([]string, len(rs.Rules))
-	for i := range rs.Rules {
-		text[i] = rs.Rules[i].String()
-	}
-	return rs, text, nil
+	return rs, nil
 }
 
-// fileCompoundMax is the largest number of compound file rules of an
-// interface FlowSpec rules go to: what is left of the compound table is
-// the room for them.
+// fileCompoundMax is the largest number of compound file rules in force
+// on an interface FlowSpec rules go to: what is left of the compound
+// table is the room for them.
 func (a *Agent) fileCompoundMax() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	n := 0
 	for _, ic := range a.cfg.Interfaces {
-		if !a.cfg.appliesFlowSpec(ic.Name) {
-			continue
+		if a.cfg.appliesFlowSpec(ic.Name) {
+			n = max(n, a.ifaces[ic.Name].fileCompound)
 		}
-		rs, _, err := a.ruleSetFor(ic)
-		if err != nil {
-			continue
-		}
-		c := 0
-		for i := range rs.Rules {
-			if !rs.Rules[i].IsPrefixOnly() {
-				c++
-			}
-		}
-		n = max(n, c)
 	}
 	return n
 }
 
 // flowSpecRules translates the routes the speaker holds, orders them (RFC
 // 8955 section 5.1) and takes the rules of as many as there is room for.
-func (a *Agent) flowSpecRules(fileCompound int) ([]RouteStatus, []fastdrop.Rule) {
+//
+// It returns the routes' status, the rules, and for each rule the index
+// of its route in the status. Each route is translated once (trCache).
+func (a *Agent) flowSpecRules(fileCompound int) ([]RouteStatus, []fastdrop.Rule, []int) {
 	held := a.bgp.routes()
+	cache := make(map[string]cachedTranslation, len(held))
 	type cand struct {
 		st RouteStatus
 		r  Route
@@ -435,7 +630,13 @@ func (a *Agent) flowSpecRules(fileCompound int) ([]RouteStatus, []fastdrop.Rule)
 	var cands []cand
 	for _, h := range held {
 		c := cand{st: RouteStatus{Neighbor: h.neighbor, Family: familyName(h.route.Family), NLRI: h.key, Actions: h.actions, Stale: h.stale}, r: h.route}
-		tr, err := Translate(h.route, TranslateOptions{MaxRules: a.cfg.BGP.MaxRulesPerRoute})
+		ck := c.st.Family + " " + h.key + " " + h.actions
+		ct, ok := a.trCache[ck]
+		if !ok {
+			ct.tr, ct.err = Translate(h.route, TranslateOptions{MaxRules: a.cfg.BGP.MaxRulesPerRoute})
+		}
+		cache[ck] = ct
+		tr, err := ct.tr, ct.err
 		if err != nil {
 			c.st.State, c.st.Reason = RouteRefused, strings.TrimPrefix(err.Error(), ErrRefused.Error()+": ")
 		} else {
@@ -452,8 +653,10 @@ func (a *Agent) flowSpecRules(fileCompound int) ([]RouteStatus, []fastdrop.Rule)
 		}
 		return cands[i].st.Neighbor < cands[j].st.Neighbor
 	})
+	a.trCache = cache
 	room := min(a.cfg.BGP.MaxRules, fastdrop.MaxCompoundRules-fileCompound)
 	var rules []fastdrop.Rule
+	var owner []int
 	seen := map[string]bool{} // an NLRI from two neighbours: the first in order wins
 	out := make([]RouteStatus, 0, len(cands))
 	for _, c := range cands {
@@ -468,6 +671,9 @@ func (a *Agent) flowSpecRules(fileCompound int) ([]RouteStatus, []fastdrop.Rule)
 			default:
 				seen[key] = true
 				rules = append(rules, c.tr.Rules...)
+				for range c.tr.Rules {
+					owner = append(owner, len(out))
+				}
 				for _, r := range c.tr.Rules {
 					st.Rules = append(st.Rules, r.String())
 				}
@@ -478,8 +684,7 @@ func (a *Agent) flowSpecRules(fileCompound int) ([]RouteStatus, []fastdrop.Rule)
 		}
 		out = append(out, st)
 	}
-	a.logRouteChanges(out)
-	return out, rules
+	return out, rules, owner
 }
 
 // logRouteChanges logs each route whose state changed since the last pass.
@@ -566,7 +771,7 @@ func Check(cfg *Config) ([]CheckResult, error) {
 	}
 	var out []CheckResult
 	for _, ic := range cfg.Interfaces {
-		rs, _, err := a.ruleSetFor(ic)
+		rs, err := a.ruleSetFor(ic)
 		if err != nil {
 			return nil, err
 		}
@@ -585,4 +790,6 @@ func Check(cfg *Config) ([]CheckResult, error) {
 
 type nopPlane struct{}
 
-func (nopPlane) apply(InterfaceConfig, *fastdrop.RuleSet) (applied, error) { return applied{}, nil }
+func (nopPlane) apply(InterfaceConfig, string, *fastdrop.RuleSet) (applied, error) {
+	return applied{}, nil
+}

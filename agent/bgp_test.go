@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,14 +22,24 @@ import (
 
 // fakePlane records the rule sets the agent applies.
 type fakePlane struct {
-	mu    sync.Mutex
-	sets  map[string][]string
-	swaps int
+	mu      sync.Mutex
+	sets    map[string][]string // by interface and origin
+	swaps   int
+	collide map[string]string // rule text -> reason: another origin holds its prefix
 }
 
-func (f *fakePlane) apply(ic InterfaceConfig, rs *fastdrop.RuleSet) (applied, error) {
+func (f *fakePlane) apply(ic InterfaceConfig, origin string, rs *fastdrop.RuleSet) (applied, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	refused := map[int]string{}
+	for i, r := range rs.Rules {
+		if why, ok := f.collide[r.String()]; ok {
+			refused[i] = why
+		}
+	}
+	if len(refused) > 0 {
+		return applied{}, &collisionError{refused: refused}
+	}
 	var s []string
 	for _, r := range rs.Rules {
 		s = append(s, r.String())
@@ -36,15 +47,17 @@ func (f *fakePlane) apply(ic InterfaceConfig, rs *fastdrop.RuleSet) (applied, er
 	if f.sets == nil {
 		f.sets = map[string][]string{}
 	}
-	f.sets[ic.Name] = s
+	f.sets[ic.Name+" "+origin] = s
 	f.swaps++
 	return applied{Mode: "generic"}, nil
 }
 
+// rules are the rules on iface in evaluation order: the files', then
+// the FlowSpec routes'.
 func (f *fakePlane) rules(iface string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return strings.Join(f.sets[iface], "; ")
+	return strings.Join(append(slices.Clone(f.sets[iface+" "+OriginFiles]), f.sets[iface+" "+OriginFlowSpec]...), "; ")
 }
 
 func freePort(t testing.TB) int {
@@ -213,8 +226,8 @@ bgp:
 			t.Errorf("refused %s: reason %q, want redirect to VRF", r.NLRI, r.Reason)
 		}
 	}
-	if got := strings.Join(s.Interfaces[0].BGPRules, "; "); !strings.HasPrefix(want, "pass udp src 192.0.2.0/24; "+got) {
-		t.Errorf("status bgp_rules %q", got)
+	if is := s.Interfaces[0]; is.BGPRules != 4 || is.FileRules != 1 || is.BGPOrigin != OriginFlowSpec || is.FileOrigin != OriginFiles {
+		t.Errorf("status: %d bgp rules (origin %s), %d file rules (origin %s); want 4 (%s), 1 (%s)", is.BGPRules, is.BGPOrigin, is.FileRules, is.FileOrigin, OriginFlowSpec, OriginFiles)
 	}
 
 	an.withdraw(t, memcached)
@@ -232,5 +245,53 @@ bgp:
 	eventually(t, "stale rules removed", 10*time.Second, func() bool { return plane.rules("test0") == "pass udp src 192.0.2.0/24" })
 	if el := time.Since(down); el < time.Second {
 		t.Errorf("stale rules removed after %s, want the stale time (1.5s)", el)
+	}
+}
+
+// TestReconcileBGPCollision: a FlowSpec route one of whose rules has a
+// prefix another origin holds is refused as a whole on that interface
+// (never installed narrower), with the reason in its status; the other
+// routes go in; the same routes again are no swap and keep the refusal.
+func TestReconcileBGPCollision(t *testing.T) {
+	cfg, err := ParseConfig([]byte("interfaces:\n  - name: test0\n    policy: pass\n"), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plane := &fakePlane{collide: map[string]string{"drop src 198.51.100.7/32": "prefix 198.51.100.7/32 on test0 is a rule of origin drop already"}}
+	ag, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), plane: plane})
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := func() []RouteStatus {
+		return []RouteStatus{
+			{Neighbor: "127.0.0.2", Family: FamilyIPv4FlowSpec, NLRI: "a", State: RouteAccepted, Rules: []string{"drop udp dport 1"}},
+			{Neighbor: "127.0.0.2", Family: FamilyIPv4FlowSpec, NLRI: "b", State: RouteAccepted, Rules: []string{"drop udp dport 2", "drop src 198.51.100.7/32"}},
+		}
+	}
+	rules := mustRules(t, "drop udp dport 1\ndrop udp dport 2\ndrop src 198.51.100.7/32\n").Rules
+	owner := []int{0, 1, 1}
+	ic := cfg.Interfaces[0]
+	rs := routes()
+	ag.reconcileBGP(ic, rs, rules, owner)
+	if got := plane.rules("test0"); got != "drop udp dport 1" {
+		t.Fatalf("rules in force %q, want route a's only", got)
+	}
+	if rs[1].State != RouteRefused || !strings.Contains(rs[1].Reason, "is a rule of origin drop already") || rs[1].Rules != nil {
+		t.Fatalf("route b: %+v, want refused with the reason", rs[1])
+	}
+	if rs[0].State != RouteAccepted {
+		t.Fatalf("route a: %+v", rs[0])
+	}
+	swaps := plane.swaps
+	rs = routes()
+	ag.reconcileBGP(ic, rs, rules, owner)
+	if plane.swaps != swaps {
+		t.Fatal("the same routes again: swapped again")
+	}
+	if rs[1].State != RouteRefused {
+		t.Fatalf("route b after a pass without a swap: %+v, want still refused", rs[1])
+	}
+	if st := ag.Status(); st.Interfaces[0].BGPRules != 1 {
+		t.Fatalf("status: %d bgp rules, want 1", st.Interfaces[0].BGPRules)
 	}
 }

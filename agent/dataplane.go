@@ -3,6 +3,8 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -12,10 +14,16 @@ import (
 	"github.com/xdpdrop/xdpdrop/loader"
 )
 
-// dataplane puts a whole rule set in force on an interface, atomically.
-// The kernel one is kernelPlane; tests of the reconcile logic use a fake.
+// dataplane puts the rules of one origin in force on an interface,
+// atomically, leaving the rules of every other origin (xdpdrop drop's and
+// rules add's, xdpdrop redirect's, the agent's other origin) as they are;
+// rs.Policy and rs.Malformed, where not zero, become the interface's. It
+// returns a *collisionError, and changes nothing, when prefix rules of
+// rs are already prefix rules of another origin (one prefix table holds
+// every origin's). The kernel one is kernelPlane; tests of the reconcile
+// logic use a fake.
 type dataplane interface {
-	apply(ic InterfaceConfig, rs *fastdrop.RuleSet) (applied, error)
+	apply(ic InterfaceConfig, origin string, rs *fastdrop.RuleSet) (applied, error)
 }
 
 // applied says what apply did.
@@ -23,6 +31,62 @@ type applied struct {
 	Mode     string // the mode the program runs in
 	Attached bool   // attached now (false: the rules of an attachment replaced)
 	Reloaded bool   // loaded again with bigger tables
+	Policy   string // the interface's policy/malformed now
+	Noop     bool   // nothing to change: no swap
+}
+
+// collisionError is a rule set of which some prefix rules are prefix
+// rules of another origin already: refused (by index into the rule set)
+// with the reason. Nothing was changed.
+type collisionError struct {
+	refused map[int]string
+}
+
+func (e *collisionError) Error() string {
+	for _, why := range e.refused {
+		return fmt.Sprintf("%d prefix rules are another origin's already (%s)", len(e.refused), why)
+	}
+	return "prefix rules of another origin"
+}
+
+// collisions finds the prefix rules of rs that are prefix rules of
+// another origin on eng, after a change failed with
+// fastdrop.ErrDuplicatePrefix (the slow path: it reads every rule).
+func collisions(eng *fastdrop.Engine, iface, origin string, rs *fastdrop.RuleSet) (map[int]string, error) {
+	cur, err := eng.RuleSet()
+	if err != nil {
+		return nil, err
+	}
+	held := map[netip.Prefix]string{}
+	for i := range cur.Rules {
+		if r := &cur.Rules[i]; r.Origin != origin && r.IsPrefixOnly() {
+			held[r.Src] = r.Origin
+		}
+	}
+	out := map[int]string{}
+	for i := range rs.Rules {
+		if r := &rs.Rules[i]; r.IsPrefixOnly() {
+			if o, ok := held[r.Src]; ok {
+				out[i] = fmt.Sprintf("prefix %s on %s is a rule of origin %s already (%s): one prefix table holds every origin's rules", r.Src, iface, fastdrop.OriginName(o), originWho(o))
+			}
+		}
+	}
+	return out, nil
+}
+
+// originWho says which command or source an origin's rules come from.
+func originWho(origin string) string {
+	switch {
+	case origin == "":
+		return "xdpdrop drop or rules add"
+	case origin == OriginFiles:
+		return "the agent's rule files"
+	case origin == OriginFlowSpec:
+		return "the agent's FlowSpec routes"
+	case origin == fastdrop.OriginRedirect || strings.HasPrefix(origin, fastdrop.OriginRedirect+":"):
+		return "xdpdrop redirect"
+	}
+	return "added with --origin " + origin
 }
 
 // kernelPlane applies rule sets through packages loader, dropctl and
@@ -52,7 +116,7 @@ type openEngine struct {
 	prog ebpf.ProgramID
 }
 
-func (k *kernelPlane) apply(ic InterfaceConfig, rs *fastdrop.RuleSet) (_ applied, err error) {
+func (k *kernelPlane) apply(ic InterfaceConfig, origin string, rs *fastdrop.RuleSet) (_ applied, err error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	lk, err := loader.LockInterface(k.pinRoot, ic.Name, k.cfg.LockTimeout)
@@ -74,20 +138,42 @@ func (k *kernelPlane) apply(ic InterfaceConfig, rs *fastdrop.RuleSet) (_ applied
 		if err != nil {
 			return applied{}, err
 		}
-		reloaded, err := dropctl.ReloadIfFull(att, oe.eng, oe.eng.Apply(rs), func() (*fastdrop.RuleSet, error) { return rs, nil })
+		res := applied{Mode: att.Mode().String()}
+		if len(rs.Rules) == 0 && rs.Policy == 0 && rs.Malformed == 0 {
+			// Nothing to put in force: no swap (with a million rules of
+			// other origins, a swap costs seconds) unless origin has rules.
+			if cur, err := oe.eng.OriginRules(origin); err == nil && len(cur) == 0 {
+				res.Policy, res.Noop = enginePolicy(oe.eng), true
+				return res, nil
+			}
+		}
+		res.Reloaded, err = applyOrigin(att, oe.eng, origin, rs)
 		switch {
-		case reloaded: // ReloadIfFull closed the engine: another program runs now
+		case res.Reloaded: // ApplyOrigin closed the engine: another program runs now
 			delete(k.engines, ic.Name)
+		case errors.Is(err, fastdrop.ErrDuplicatePrefix):
+			refused, cerr := collisions(oe.eng, ic.Name, origin, rs)
+			if cerr == nil && len(refused) > 0 {
+				return res, &collisionError{refused: refused}
+			}
+			k.forget(ic.Name)
 		case err != nil: // open afresh next time
 			k.forget(ic.Name)
+		default:
+			res.Policy = enginePolicy(oe.eng)
 		}
-		return applied{Mode: att.Mode().String(), Reloaded: reloaded}, err
+		return res, err // reloaded: Policy "" (the engine is closed), the agent keeps what it knew
 	case !errors.Is(err, loader.ErrNotPinned):
 		return applied{}, err
 	}
 	k.forget(ic.Name)
 	mode, _ := loader.ParseMode(ic.Mode) // checked with the config
-	att, err = dropctl.Attach(rs, loader.Options{
+	whole := &fastdrop.RuleSet{Rules: make([]fastdrop.Rule, len(rs.Rules)), Policy: rs.Policy, Malformed: rs.Malformed}
+	for i, r := range rs.Rules {
+		r.Origin = origin
+		whole.Rules[i] = r
+	}
+	att, err = dropctl.Attach(whole, loader.Options{
 		Interface: ic.Name,
 		Mode:      mode,
 		Pin:       true,
@@ -102,7 +188,16 @@ func (k *kernelPlane) apply(ic InterfaceConfig, rs *fastdrop.RuleSet) (_ applied
 		return applied{}, err
 	}
 	defer att.Close()
-	return applied{Mode: att.Mode().String(), Attached: true}, nil
+	return applied{Mode: att.Mode().String(), Attached: true, Policy: policyText(whole)}, nil
+}
+
+// enginePolicy is the policy/malformed of the rule set in force.
+func enginePolicy(eng *fastdrop.Engine) string {
+	p, m, err := eng.Policy()
+	if err != nil {
+		return ""
+	}
+	return p.String() + "/" + m.String()
 }
 
 // engine returns the open engine of att's interface, opening it if none
@@ -148,4 +243,64 @@ func (k *kernelPlane) close() {
 	for name := range k.engines {
 		k.forget(name)
 	}
+}
+
+// maxIncremental is the most rules of an origin (before and after) that
+// a swap puts in force by adding and deleting rules rather than by
+// replacing the origin's: the FlowSpec origin (at most the compound table
+// of rules), not a rule file's million.
+const maxIncremental = 4096
+
+// applyOrigin puts rs in force as origin's rules, as dropctl.ApplyOrigin
+// does. When rs is origin's rules in force with some removed and some
+// appended (a burst of announcements and withdrawals, mostly), it adds
+// the new rules and then deletes the gone ones: each a change that costs
+// what its few rules cost, where ApplyOrigin builds and checks the whole
+// rule set of every origin (seconds, beside a million file rules). A
+// rule of both is never out of force; one announced and one withdrawn
+// are both in force for a moment, the older first.
+func applyOrigin(att *loader.Attachment, eng *fastdrop.Engine, origin string, rs *fastdrop.RuleSet) (reloaded bool, err error) {
+	if rs.Policy != 0 || rs.Malformed != 0 || len(rs.Rules) > maxIncremental {
+		return dropctl.ApplyOrigin(att, eng, origin, rs)
+	}
+	cur, err := eng.OriginRules(origin)
+	if err != nil || len(cur) > maxIncremental {
+		return dropctl.ApplyOrigin(att, eng, origin, rs)
+	}
+	want := make(map[string]int, len(rs.Rules))
+	for i := range rs.Rules {
+		want[rs.Rules[i].String()]++
+	}
+	var kept []string
+	var gone []fastdrop.Rule
+	for i := range cur {
+		k := cur[i].String()
+		if want[k] > 0 {
+			want[k]--
+			kept = append(kept, k)
+		} else {
+			gone = append(gone, cur[i])
+		}
+	}
+	for i, k := range kept { // the kept rules first, in their order
+		if rs.Rules[i].String() != k {
+			return dropctl.ApplyOrigin(att, eng, origin, rs)
+		}
+	}
+	added := make([]fastdrop.Rule, 0, len(rs.Rules)-len(kept))
+	for _, r := range rs.Rules[len(kept):] {
+		r.Origin = origin
+		added = append(added, r)
+	}
+	if len(added) > 0 {
+		if reloaded, err := dropctl.ReloadIfFull(att, eng, eng.Add(added...), func() (*fastdrop.RuleSet, error) {
+			return dropctl.WithOrigin(eng, origin, rs)
+		}); reloaded || err != nil {
+			return reloaded, err
+		}
+	}
+	if len(gone) > 0 {
+		return false, eng.Delete(gone...)
+	}
+	return false, nil
 }

@@ -34,9 +34,9 @@ type recPlane struct {
 	swaps int
 }
 
-func (p *recPlane) apply(ic InterfaceConfig, rs *fastdrop.RuleSet) (applied, error) {
+func (p *recPlane) apply(ic InterfaceConfig, origin string, rs *fastdrop.RuleSet) (applied, error) {
 	t0 := time.Now()
-	res, err := p.inner.apply(ic, rs)
+	res, err := p.inner.apply(ic, origin, rs)
 	now := time.Now()
 	if os.Getenv("XDPDROP_BENCH_DEBUG") != "" {
 		fmt.Fprintf(os.Stderr, "apply %d rules: %s (reloaded %v)\n", len(rs.Rules), now.Sub(t0), res.Reloaded)
@@ -226,7 +226,7 @@ bgp:
 		}
 		eventually(b, "every route withdrawn", 120*time.Second, func() bool {
 			s := ag.Status()
-			return s.BGP.Received == 0 && len(s.Interfaces[0].BGPRules) == 0
+			return s.BGP.Received == 0 && s.Interfaces[0].BGPRules == 0
 		})
 	}
 	b.StopTimer()
@@ -295,8 +295,8 @@ bgp:
 		b.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	read := func() Status { // the file lists every rule: read it seldom
-		time.Sleep(time.Second)
+	read := func() Status {
+		time.Sleep(100 * time.Millisecond)
 		var s Status
 		if bs, err := os.ReadFile(status); err == nil {
 			_ = jsonUnmarshal(bs, &s)
@@ -307,6 +307,25 @@ bgp:
 	base := procMem(b, cmd.Process.Pid)
 	b.Logf("agent: 1M file prefixes in force: VmRSS %s, VmHWM %s", base["VmRSS"], base["VmHWM"])
 	an := newAnnouncer(b, port)
+	eventually(b, "session up", 300*time.Second, func() bool {
+		s := read()
+		return s.BGP != nil && len(s.BGP.Neighbors) == 1 && s.BGP.Neighbors[0].Up
+	})
+	// One route with the 1M file rules in force: what a BGP change costs.
+	one := benchRoutes(b, 10001, false)[10000]
+	t0 := time.Now()
+	an.announce(b, one)
+	eventually(b, "1 route received", 600*time.Second, func() bool {
+		s := read()
+		return s.BGP != nil && s.BGP.Received == 1
+	})
+	b.Logf("agent: 1M file prefixes: 1 route decided (in status) after %s", time.Since(t0).Round(time.Millisecond))
+	an.withdraw(b, benchRoutes(b, 10001, true)[10000])
+	eventually(b, "1 route withdrawn", 600*time.Second, func() bool {
+		s := read()
+		return s.BGP != nil && s.BGP.Received == 0
+	})
+	t0 = time.Now()
 	for _, p := range benchRoutes(b, 10000, false) {
 		an.announce(b, p)
 	}
@@ -314,6 +333,7 @@ bgp:
 		s := read()
 		return s.BGP != nil && s.BGP.Received == 10000
 	})
+	b.Logf("agent: 1M file prefixes: 10,000 routes decided (in status) after %s", time.Since(t0).Round(time.Millisecond))
 	s := read()
 	m := procMem(b, cmd.Process.Pid)
 	b.Logf("agent: 1M file prefixes: VmRSS %s; with 10,000 FlowSpec routes (%d accepted, %d refused): %s", base["VmRSS"], s.BGP.Accepted, s.BGP.Refused, strings.Join([]string{"VmRSS " + m["VmRSS"], "VmHWM " + m["VmHWM"]}, ", "))

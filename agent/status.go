@@ -33,16 +33,25 @@ type Status struct {
 	BGP        *BGPStatus        `json:"bgp,omitempty"`
 }
 
-// InterfaceStatus is one interface.
+// InterfaceStatus is one interface. The rules themselves are in the
+// program (xdpdrop rules list --iface NAME shows each with its origin);
+// a FlowSpec route's rules are in its RouteStatus.
 type InterfaceStatus struct {
-	Name      string    `json:"name"`
-	InForce   bool      `json:"in_force"` // the agent's rules are in force
-	Mode      string    `json:"mode,omitempty"`
-	Policy    string    `json:"policy,omitempty"` // policy/malformed
-	FileRules []string  `json:"file_rules"`       // from rule files and inline rules, in order
-	BGPRules  []string  `json:"bgp_rules"`        // from FlowSpec routes, in order, after the file rules
-	Applied   time.Time `json:"applied,omitempty"`
-	Error     string    `json:"error,omitempty"` // the last swap failed: the rules before it stay in force
+	Name       string `json:"name"`
+	InForce    bool   `json:"in_force"` // the agent's rules are in force
+	Mode       string `json:"mode,omitempty"`
+	Policy     string `json:"policy,omitempty"` // policy/malformed of the interface
+	FileOrigin string `json:"file_origin"`      // the origin of the file rules (agent:file)
+	BGPOrigin  string `json:"bgp_origin"`       // the origin of the FlowSpec rules (agent:flowspec)
+	FileRules  int    `json:"file_rules"`       // in force from rule files and inline rules
+	BGPRules   int    `json:"bgp_rules"`        // in force from FlowSpec routes
+	// RefusedRules are file rules not installed, with the reason: their
+	// prefix is a prefix rule of another origin already (at most 100
+	// listed; Refused counts them all).
+	RefusedRules []string  `json:"refused_rules,omitempty"`
+	Refused      int       `json:"refused,omitempty"`
+	Applied      time.Time `json:"applied,omitempty"`
+	Error        string    `json:"error,omitempty"` // the last swap failed: the rules before it stay in force
 }
 
 // FileStatus is one rule file.
@@ -97,12 +106,14 @@ func (a *Agent) Status() Status {
 	s := Status{Config: a.cfg.path, Started: a.start, Ready: true, Swaps: a.swaps}
 	for _, ic := range a.cfg.Interfaces {
 		st := a.ifaces[ic.Name]
-		is := InterfaceStatus{Name: ic.Name, InForce: st.inForce, Mode: st.mode, Policy: st.policy,
-			FileRules: nonNil(st.fileRules), BGPRules: nonNil(st.bgpRules), Applied: st.applied}
+		inForce := st.fileIn && st.bgpIn
+		is := InterfaceStatus{Name: ic.Name, InForce: inForce, Mode: st.mode, Policy: st.policy,
+			FileOrigin: OriginFiles, BGPOrigin: OriginFlowSpec, FileRules: st.fileRules, BGPRules: st.bgpRules,
+			RefusedRules: st.refused, Refused: st.nrefused, Applied: st.applied}
 		if st.err != nil {
 			is.Error = st.err.Error()
 		}
-		s.Ready = s.Ready && st.inForce
+		s.Ready = s.Ready && inForce
 		s.Interfaces = append(s.Interfaces, is)
 	}
 	for path, fs := range a.files {
@@ -149,13 +160,6 @@ func (a *Agent) Status() Status {
 			}
 		}
 		s.BGP = b
-	}
-	return s
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
 	}
 	return s
 }
@@ -228,8 +232,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFileError, prometheus.GaugeValue, v, f.Path)
 	}
 	for _, i := range s.Interfaces {
-		ch <- prometheus.MustNewConstMetric(descRules, prometheus.GaugeValue, float64(len(i.FileRules)), i.Name, "file")
-		ch <- prometheus.MustNewConstMetric(descRules, prometheus.GaugeValue, float64(len(i.BGPRules)), i.Name, "bgp")
+		ch <- prometheus.MustNewConstMetric(descRules, prometheus.GaugeValue, float64(i.FileRules), i.Name, "file")
+		ch <- prometheus.MustNewConstMetric(descRules, prometheus.GaugeValue, float64(i.BGPRules), i.Name, "bgp")
 	}
 	if s.BGP == nil {
 		return

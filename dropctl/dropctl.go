@@ -135,3 +135,44 @@ func Attach(rs *fastdrop.RuleSet, opts loader.Options) (*loader.Attachment, erro
 	opts.Config["requested_mode"] = opts.Mode.String()
 	return loader.Attach(eng.Program(), opts)
 }
+
+// ApplyOrigin replaces the rules of origin on a running fast drop
+// (fastdrop.Engine.ApplyOrigin: the rules of every other origin stay in
+// force; rs.Policy and rs.Malformed, where not zero, become the
+// program's), and loads the program again with bigger tables if they
+// outgrow it, keeping every origin's rules (WithOrigin). It reports
+// whether it reloaded; then eng is closed.
+func ApplyOrigin(att *loader.Attachment, eng *fastdrop.Engine, origin string, rs *fastdrop.RuleSet) (reloaded bool, err error) {
+	return ReloadIfFull(att, eng, eng.ApplyOrigin(origin, rs), func() (*fastdrop.RuleSet, error) {
+		return WithOrigin(eng, origin, rs)
+	})
+}
+
+// WithOrigin returns the rule set in force on eng with the rules of
+// origin replaced by rs's, and rs's policies where not zero: what eng
+// would hold after ApplyOrigin(origin, rs), as one whole set (for a
+// reload).
+func WithOrigin(eng *fastdrop.Engine, origin string, rs *fastdrop.RuleSet) (*fastdrop.RuleSet, error) {
+	cur, err := eng.RuleSet()
+	if err != nil {
+		return nil, err
+	}
+	out := &fastdrop.RuleSet{Policy: cur.Policy, Malformed: cur.Malformed}
+	if rs.Policy != 0 {
+		out.Policy = rs.Policy
+	}
+	if rs.Malformed != 0 {
+		out.Malformed = rs.Malformed
+	}
+	out.Rules = make([]fastdrop.Rule, 0, len(cur.Rules)+len(rs.Rules))
+	for _, r := range cur.Rules {
+		if r.Origin != origin {
+			out.Rules = append(out.Rules, r)
+		}
+	}
+	for _, r := range rs.Rules {
+		r.Origin = origin
+		out.Rules = append(out.Rules, r)
+	}
+	return out, nil
+}

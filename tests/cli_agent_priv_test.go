@@ -107,7 +107,7 @@ bgp:
 		}
 	})
 	s := waitAgent(t, status, "rules in force", func(s agentStatus) bool { return s.Ready })
-	require.Equal(t, []string{"drop udp dport 7001"}, s.Interfaces[0].FileRules)
+	require.Equal(t, 1, s.Interfaces[0].FileRules)
 	require.Empty(t, s.Interfaces[0].Error)
 
 	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
@@ -165,7 +165,7 @@ bgp:
 	r = cliCaps(t, nil, "status", "--iface", v.Name, "--pin-root", pins, "--agent-status", status)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "agent ("+status+", written ")
-	require.Contains(t, r.stdout, v.Name+": 1 file rules, 0 bgp rules in force")
+	require.Contains(t, r.stdout, v.Name+": 1 file rules (origin agent:file), 0 bgp rules (origin agent:flowspec) in force")
 	require.Contains(t, r.stdout, "bgp: AS 65001, router id 127.0.0.1; routes received 0, accepted 0, refused 0, stale 0")
 	require.Regexp(t, `127\.0\.0\.3\s+65000\s+`+ag.BGP.Neighbors[0].State+`\s`, r.stdout)
 	r = cliCaps(t, nil, "status", "--iface", v.Name, "--pin-root", pins, "--agent-status", filepath.Join(dir, "none.json"))

@@ -22,11 +22,17 @@ import (
 type agentStatus struct {
 	Ready      bool `json:"ready"`
 	Interfaces []struct {
-		Name      string   `json:"name"`
-		InForce   bool     `json:"in_force"`
-		FileRules []string `json:"file_rules"`
-		BGPRules  []string `json:"bgp_rules"`
-		Error     string   `json:"error"`
+		Name         string   `json:"name"`
+		InForce      bool     `json:"in_force"`
+		Policy       string   `json:"policy"`
+		FileOrigin   string   `json:"file_origin"`
+		BGPOrigin    string   `json:"bgp_origin"`
+		FileRules    int      `json:"file_rules"`
+		BGPRules     int      `json:"bgp_rules"`
+		RefusedRules []string `json:"refused_rules"`
+		Refused      int      `json:"refused"`
+		Applied      string   `json:"applied"`
+		Error        string   `json:"error"`
 	} `json:"interfaces"`
 	Files []struct {
 		Path  string `json:"path"`
@@ -137,8 +143,12 @@ status:
 	require.NoError(t, os.WriteFile(tmp, []byte("drop udp dport 7002\n"), 0o600))
 	require.NoError(t, os.Rename(tmp, rules))
 	waitAgent(t, status, "new file rules", func(s agentStatus) bool {
-		return len(s.Interfaces) == 1 && strings.Join(s.Interfaces[0].FileRules, ";") == "drop udp dport 7002;drop udp dport 7003"
+		return len(s.Interfaces) == 1 && s.Files[0].Error == "" && s.Interfaces[0].FileRules == 2
 	})
+	rl := listRules(t, v.Name)
+	require.Len(t, rl, 2, "%v", rl)
+	require.Equal(t, "agent:file", rl["drop udp dport 7002"].Origin)
+	require.Equal(t, "agent:file", rl["drop udp dport 7003"].Origin)
 	send(t, v, "10", "7001")
 	send(t, v, "10", "7002")
 	st = statsJSON(t, v.Name)
@@ -239,7 +249,7 @@ neighbor 127.0.0.1 {
 	command("announce flow route { match { destination 10.9.0.0/16; } then { redirect 65000:7; } }")
 	want := "drop ether ipv4 udp dst 198.18.0.1/32 dport 7777"
 	s := waitAgent(t, status, "FlowSpec rule in force", func(s agentStatus) bool {
-		return len(s.Interfaces) == 1 && strings.Join(s.Interfaces[0].BGPRules, ";") == want && s.BGP.Refused == 1
+		return len(s.Interfaces) == 1 && s.Interfaces[0].BGPRules == strings.Count(want, ";")+1 && s.BGP.Refused == 1
 	})
 	for _, r := range s.BGP.Routes {
 		if r.State == "refused" {
@@ -253,22 +263,106 @@ neighbor 127.0.0.1 {
 	rule, ok := st.rule(want)
 	require.True(t, ok, "rule %q in stats", want)
 	require.Equal(t, uint64(20), rule.Packets)
+	require.Equal(t, "agent:flowspec", listRules(t, v.Name)[want].Origin)
 
 	command("withdraw flow route { " + match + " then { discard; } }")
-	waitAgent(t, status, "withdrawn", func(s agentStatus) bool { return len(s.Interfaces[0].BGPRules) == 0 })
+	waitAgent(t, status, "withdrawn", func(s agentStatus) bool { return s.Interfaces[0].BGPRules == 0 })
 	send(t, v, "20", "7777")
 	require.Equal(t, uint64(20), statsJSON(t, v.Name).verdict("drop"))
 
 	// Announced again, then the speaker dies: kept for the stale time.
 	command("announce flow route { " + match + " then { discard; } }")
-	waitAgent(t, status, "announced again", func(s agentStatus) bool { return len(s.Interfaces[0].BGPRules) == 1 })
+	waitAgent(t, status, "announced again", func(s agentStatus) bool { return s.Interfaces[0].BGPRules == 1 })
 	killExa()
 	waitAgent(t, status, "session down, stale", func(s agentStatus) bool { return !s.BGP.Neighbors[0].Up && s.BGP.Stale == 2 })
 	down := time.Now()
 	send(t, v, "20", "7777")
 	require.Equal(t, uint64(40), statsJSON(t, v.Name).verdict("drop"), "stale rules in force")
-	waitAgent(t, status, "stale rules removed", func(s agentStatus) bool { return len(s.Interfaces[0].BGPRules) == 0 })
+	waitAgent(t, status, "stale rules removed", func(s agentStatus) bool { return s.Interfaces[0].BGPRules == 0 })
 	require.GreaterOrEqual(t, time.Since(down), 2*time.Second, "removed before the stale time")
 	send(t, v, "20", "7777")
 	require.Equal(t, uint64(40), statsJSON(t, v.Name).verdict("drop"))
+}
+
+// TestCLIAgentBesideOtherOrigins: the agent shares an interface with
+// xdpdrop drop, xdpdrop rules add and xdpdrop redirect. Its swaps change
+// only its own rules (origin agent:file): the others' rules stay in force
+// and keep counting; a file prefix rule that another origin holds already
+// is refused and listed in status, and the other's rule stays.
+func TestCLIAgentBesideOtherOrigins(t *testing.T) {
+	v := sandboxForCLI(t)
+	r := cli(t, "drop", "--iface", v.Name, "--mode", "driver", "--rules", writeRules(t, "policy pass\ndrop udp dport 7101\n"))
+	require.Equal(t, 0, r.code, r.stderr)
+	r = cli(t, "rules", "add", "--iface", v.Name, "drop src 198.51.100.7/32")
+	require.Equal(t, 0, r.code, r.stderr)
+	red, rederr := startRedirect(t, v, "--queues", "all", "--action", "count", "--filter", writeRules(t, "redirect udp dport 7300\n"))
+
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "agent.rules")
+	require.NoError(t, os.WriteFile(rules, []byte("drop udp dport 7201\ndrop src 198.51.100.7/32\ndrop src 203.0.113.0/24\n"), 0o600))
+	status := filepath.Join(dir, "status.json")
+	cfg := filepath.Join(dir, "agent.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
+interfaces:
+  - name: %s
+    rule_files: [%s]
+status:
+  file: %s
+`, v.Name, rules, status)), 0o600))
+	startAgent(t, cfg)
+	s := waitAgent(t, status, "rules in force", func(s agentStatus) bool { return s.Ready })
+	is := s.Interfaces[0]
+	require.Equal(t, 2, is.FileRules, "the colliding prefix rule is not the agent's")
+	require.Equal(t, 1, is.Refused)
+	require.Len(t, is.RefusedRules, 1)
+	require.Contains(t, is.RefusedRules[0], "drop src 198.51.100.7/32: prefix 198.51.100.7/32 on "+v.Name+" is a rule of origin drop already")
+	require.Equal(t, "agent:file", is.FileOrigin)
+	require.True(t, strings.HasPrefix(is.Policy, "pass/"), "policy %s: the drop command's, the agent's files name none", is.Policy)
+
+	want := map[string]string{
+		"drop udp dport 7101":             "drop",
+		"drop src 198.51.100.7/32":        "drop",
+		"redirect udp dport 7300 queue 0": "redirect",
+		"drop udp dport 7201":             "agent:file",
+		"drop src 203.0.113.0/24":         "agent:file",
+	}
+	origins := func() map[string]string {
+		out := map[string]string{}
+		for text, jr := range listRules(t, v.Name) {
+			out[text] = jr.Origin
+		}
+		return out
+	}
+	require.Equal(t, want, origins())
+
+	// The file changes: the agent swaps its own rules only.
+	tmp := rules + ".new"
+	require.NoError(t, os.WriteFile(tmp, []byte("drop udp dport 7202\n"), 0o600))
+	require.NoError(t, os.Rename(tmp, rules))
+	waitAgent(t, status, "new file rules", func(s agentStatus) bool { return s.Interfaces[0].FileRules == 1 && s.Interfaces[0].Refused == 0 })
+	delete(want, "drop udp dport 7201")
+	delete(want, "drop src 203.0.113.0/24")
+	want["drop udp dport 7202"] = "agent:file"
+	require.Equal(t, want, origins())
+
+	send(t, v, "10", "7101")
+	send(t, v, "20", "7202")
+	send(t, v, "30", "7300")
+	send(t, v, "40", "7201") // the agent's old rule: gone, policy pass
+	rl := listRules(t, v.Name)
+	require.Equal(t, uint64(10), rl["drop udp dport 7101"].Packets, "the drop command's rule stays in force")
+	require.Equal(t, uint64(20), rl["drop udp dport 7202"].Packets)
+	require.Equal(t, uint64(30), rl["redirect udp dport 7300 queue 0"].Packets, "the redirect's rule stays in force")
+	require.Equal(t, uint64(30), statsJSON(t, v.Name).verdict("drop"))
+	qs := stopRedirect(t, red, rederr)
+	require.Equal(t, uint64(30), total(qs, func(q jsonQueue) uint64 { return q.RxFrames }), "the redirect's frames reached its socket")
+	// The redirect is gone; the agent's next swap keeps the drop command's rules.
+	require.NoError(t, os.WriteFile(tmp, []byte("drop udp dport 7203\n"), 0o600))
+	require.NoError(t, os.Rename(tmp, rules))
+	delete(want, "redirect udp dport 7300 queue 0")
+	delete(want, "drop udp dport 7202")
+	want["drop udp dport 7203"] = "agent:file"
+	require.Eventually(t, func() bool { return len(origins()) == len(want) && origins()["drop udp dport 7203"] != "" }, 20*time.Second, 50*time.Millisecond)
+	require.Equal(t, want, origins())
+	require.Equal(t, uint64(10), listRules(t, v.Name)["drop udp dport 7101"].Packets, "counters of the others' rules kept")
 }

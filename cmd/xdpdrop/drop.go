@@ -247,36 +247,7 @@ func applyDrop(att *loader.Attachment, eng *fastdrop.Engine, origin string, rs *
 		// The drop command's file owns the policies: no line is pass.
 		set.Policy, set.Malformed = rs.EffectivePolicy(), rs.EffectiveMalformed()
 	}
-	return reloadIfFull(att, eng, eng.ApplyOrigin(origin, &set), func() (*fastdrop.RuleSet, error) {
-		return withOtherOrigins(eng, origin, &set)
-	})
-}
-
-// withOtherOrigins returns the rule set in force with the rules of origin
-// replaced by rs's, and rs's policies: what the engine would hold after
-// ApplyOrigin.
-func withOtherOrigins(eng *fastdrop.Engine, origin string, rs *fastdrop.RuleSet) (*fastdrop.RuleSet, error) {
-	cur, err := eng.RuleSet()
-	if err != nil {
-		return nil, err
-	}
-	out := &fastdrop.RuleSet{Policy: cur.Policy, Malformed: cur.Malformed}
-	if rs.Policy != 0 {
-		out.Policy = rs.Policy
-	}
-	if rs.Malformed != 0 {
-		out.Malformed = rs.Malformed
-	}
-	for _, r := range cur.Rules {
-		if r.Origin != origin {
-			out.Rules = append(out.Rules, r)
-		}
-	}
-	for _, r := range rs.Rules {
-		r.Origin = origin
-		out.Rules = append(out.Rules, r)
-	}
-	return out, nil
+	return dropctl.ApplyOrigin(att, eng, origin, &set)
 }
 
 const reloadedNote = "(the rules outgrew the tables the program was loaded with: it was loaded again with bigger ones and swapped in; rule counters start from zero)"

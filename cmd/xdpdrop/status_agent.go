@@ -90,7 +90,7 @@ func (v *agentView) row(iface string) *agentRow {
 			continue
 		}
 		r := &agentRow{StatusFile: v.file, Written: v.written, Ready: v.st.Ready, InForce: is.InForce,
-			FileRules: len(is.FileRules), BGPRules: len(is.BGPRules), Error: is.Error, Files: v.st.Files, iface: is}
+			FileRules: is.FileRules, BGPRules: is.BGPRules, Error: is.Error, Files: v.st.Files, iface: is}
 		if r.Files == nil {
 			r.Files = []agent.FileStatus{}
 		}
@@ -125,7 +125,10 @@ func (v *agentView) print(w io.Writer, only string) error {
 		if only != "" && is.Name != only {
 			continue
 		}
-		what := fmt.Sprintf("%d file rules, %d bgp rules in force", len(is.FileRules), len(is.BGPRules))
+		what := fmt.Sprintf("%d file rules (origin %s), %d bgp rules (origin %s) in force", is.FileRules, is.FileOrigin, is.BGPRules, is.BGPOrigin)
+		if is.Refused > 0 {
+			what += fmt.Sprintf("; %d file rules refused (their prefix is another origin's rule)", is.Refused)
+		}
 		if !is.InForce {
 			what = "no rules in force"
 		}
