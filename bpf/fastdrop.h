@@ -126,7 +126,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 11,
+	FD_LAYOUT_VERSION = 12,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
@@ -570,11 +570,12 @@ enum fd_rec_flags {
 
 /* fd_rule_rec.len_op: how a numeric field's range was written. */
 enum fd_cmp {
-	FD_CMP_RANGE = 0, /* N or LO-HI */
-	FD_CMP_GT = 1,    /* >N: no upper bound (IPv6 lengths pass 65535) */
-	FD_CMP_GE = 2,    /* >=N */
-	FD_CMP_LT = 3,    /* <N */
-	FD_CMP_LE = 4,    /* <=N */
+	FD_CMP_NONE = 0,  /* no such field */
+	FD_CMP_RANGE = 1, /* N or LO-HI */
+	FD_CMP_GT = 2,    /* >N: no upper bound (IPv6 lengths pass 65535) */
+	FD_CMP_GE = 3,    /* >=N */
+	FD_CMP_LT = 4,    /* <N */
+	FD_CMP_LE = 5,    /* <=N */
 };
 
 /* What xdp_fastdrop_trace prepends to the frame in a test run. */

@@ -165,6 +165,11 @@ func (f *matchField) isSet(r *Rule) bool {
 		return *(*uint16)(p) != 0
 	case storeBool:
 		return *(*bool)(p)
+	case storeU8:
+		return *(*uint8)(p) != 0
+	case storeB2:
+		b := (*[2]byte)(p)
+		return b[0]|b[1] != 0
 	}
 	panic("fastdrop: match field " + f.name + " has no store kind")
 }

@@ -208,7 +208,7 @@ const diffMaxLen = 1200
 // lenRange returns a random len: a value, a range or a comparison.
 func (g *diffGen) lenRange() *LenRange {
 	a, b := uint16(g.rng.IntN(diffMaxLen)), uint16(g.rng.IntN(diffMaxLen))
-	switch op := CmpOp(g.rng.IntN(5)); op {
+	switch op := CmpOp(1 + g.rng.IntN(5)); op {
 	case CmpGT, CmpGE:
 		return &LenRange{Lo: a, Op: op}
 	case CmpLT, CmpLE:
@@ -217,7 +217,7 @@ func (g *diffGen) lenRange() *LenRange {
 	if g.rng.IntN(2) == 0 {
 		b = a
 	}
-	return &LenRange{Lo: min(a, b), Hi: max(a, b)}
+	return &LenRange{Lo: min(a, b), Hi: max(a, b), Op: CmpRange}
 }
 
 // diffDSCPs are the codepoints rules and frames are drawn from.
@@ -283,13 +283,13 @@ func (g *diffGen) compound() Rule {
 				r.DstPort = g.portRange()
 			}
 			if g.rng.IntN(3) == 0 {
-				r.Port = g.portRange()
+				r.Port, r.HasPort = *g.portRange(), true
 			}
 		}
 		if g.rng.IntN(8) == 0 {
 			r.EtherType = []uint16{EtherTypeIPv4, EtherTypeIPv6, EtherTypeARP, EtherTypeLLDP, 0x88b5}[g.rng.IntN(5)]
 		}
-		if r.SrcPort == nil && r.DstPort == nil && r.Port == nil && g.rng.IntN(6) == 0 {
+		if r.SrcPort == nil && r.DstPort == nil && !r.HasPort && g.rng.IntN(6) == 0 {
 			r.Fragment = true
 		}
 		if g.rng.IntN(5) == 0 {
@@ -326,10 +326,10 @@ func (g *diffGen) compound() Rule {
 			}
 		}
 		if g.rng.IntN(6) == 0 {
-			r.Len = g.lenRange()
+			r.Len = *g.lenRange()
 		}
 		if g.rng.IntN(6) == 0 && !r.Fragment {
-			r.FragBits = g.fragBits()
+			r.FragBits = *g.fragBits()
 		}
 		if g.rng.IntN(3) == 0 {
 			lo, hi := uint16(g.rng.IntN(diffQueues+2)), uint16(g.rng.IntN(diffQueues+2))

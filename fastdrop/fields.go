@@ -141,6 +141,8 @@ const (
 	storePtr                         // a pointer (*PortRange, ...); set if not nil
 	storeU16                         // uint16; set if not 0
 	storeBool                        // bool; set if true (proto: HasProto)
+	storeU8                          // a byte; set if not 0 (len: its Op)
+	storeB2                          // two bytes; set if either is not 0 (FragBits)
 )
 
 // matchFields are the match fields, in the order messages list them and

@@ -29,7 +29,7 @@ var fragNames = []struct {
 
 const wantFrag = "want frag alone (a fragment other than the first), or fragment bits any, first, last, df separated by commas, each set, or clear with !, as in first or !df or any,!df"
 
-// FragBits is what frag with bits matches: every bit of Set set and every
+// FragBits is what frag with bits matches (zero: no such field): every bit of Set set and every
 // bit of Clear clear, the others any (FlowSpec's bitmask match). A rule
 // that names df, set or clear, matches only IPv4 packets: IPv6 has no DF
 // bit.
@@ -128,11 +128,11 @@ func fragBitsField() matchField {
 			if msg != "" {
 				return fmt.Sprintf("frag %s: %s", clipped(v), msg)
 			}
-			r.FragBits = f
+			r.FragBits = *f
 			return ""
 		},
 		at:      unsafe.Offsetof(Rule{}.FragBits),
-		store:   storePtr,
+		store:   storeB2,
 		text:    func(r *Rule) string { return "frag " + r.FragBits.String() },
 		textPos: 14,
 		ip:      true,
@@ -152,6 +152,7 @@ func fragBitsField() matchField {
 			case (f.Set|f.Clear)&FragDF != 0 && (r.family() == 6 || r.HasProto && r.Proto == ProtoICMPv6):
 				return fmt.Errorf("frag %s: IPv6 has no DF bit (RFC 8956's fragment bits are any, first and last): leave df out of a rule for IPv6", f)
 			case f.Set&FragLast != 0 && (r.SrcPort != nil || r.DstPort != nil || r.TCPFlags != nil || r.ICMPType != nil || r.ICMPCode != nil):
+				// (port says so itself.)
 				return fmt.Errorf("frag %s never matches together with ports, flags, type or code: a last fragment is not the first and carries no L4 header (write frag first, or leave them out)", f)
 			}
 			return nil
@@ -164,6 +165,6 @@ func fragBitsField() matchField {
 		recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_FRAGBITS),
 		rec:     []recMember{{"frag_set", recFragSet, 1}, {"frag_clear", recFragSet + 1, 1}},
 		encode:  func(b []byte, r *Rule) { b[recFragSet], b[recFragSet+1] = r.FragBits.Set, r.FragBits.Clear },
-		decode:  func(b []byte, r *Rule) { r.FragBits = &FragBits{Set: b[recFragSet], Clear: b[recFragSet+1]} },
+		decode:  func(b []byte, r *Rule) { r.FragBits = FragBits{Set: b[recFragSet], Clear: b[recFragSet+1]} },
 	}
 }

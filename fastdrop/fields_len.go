@@ -17,7 +17,8 @@ import (
 type CmpOp uint8
 
 const (
-	CmpRange CmpOp = iota // N or LO-HI
+	CmpNone  CmpOp = iota // no len field (the zero LenRange)
+	CmpRange              // N or LO-HI
 	CmpGT                 // >N
 	CmpGE                 // >=N
 	CmpLT                 // <N
@@ -37,6 +38,7 @@ const maxPktLen = 40 + 65535
 // headers count). With Op CmpRange it is Lo-Hi; with CmpGT and CmpGE, Lo
 // is the value written and there is no upper bound (an IPv6 packet may be
 // longer than 65535 bytes); with CmpLT and CmpLE, Hi is the value written.
+// The zero LenRange (CmpNone) is no len field.
 type LenRange struct {
 	Lo, Hi uint16
 	Op     CmpOp
@@ -122,7 +124,7 @@ func parseLen(s string) (*LenRange, string) {
 			return nil, fmt.Sprintf("range is empty (write the lower value first: %d-%d)", hi, lo)
 		}
 	}
-	return &LenRange{Lo: lo, Hi: hi}, ""
+	return &LenRange{Lo: lo, Hi: hi, Op: CmpRange}, ""
 }
 
 // lenField is the entry of len (FlowSpec type 10), a direct field of 17
@@ -137,17 +139,17 @@ func lenField() matchField {
 			if msg != "" {
 				return fmt.Sprintf("len %s: %s", clipped(v), msg)
 			}
-			r.Len = l
+			r.Len = *l
 			return ""
 		},
-		at:      unsafe.Offsetof(Rule{}.Len),
-		store:   storePtr,
+		at:      unsafe.Offsetof(Rule{}.Len) + unsafe.Offsetof(LenRange{}.Op),
+		store:   storeU8,
 		text:    func(r *Rule) string { return "len " + r.Len.String() },
 		textPos: 13,
 		ip:      true,
 		check: func(r *Rule) error {
 			l := r.Len
-			if l.Op > CmpLE {
+			if l.Op == CmpNone || l.Op > CmpLE {
 				return fmt.Errorf("len: unknown comparison %d", l.Op)
 			}
 			if lo, hi := l.bounds(); lo > hi {
@@ -166,7 +168,7 @@ func lenField() matchField {
 			b[recLen+4] = uint8(r.Len.Op)
 		},
 		decode: func(b []byte, r *Rule) {
-			r.Len = &LenRange{Lo: binary.LittleEndian.Uint16(b[recLen:]), Hi: binary.LittleEndian.Uint16(b[recLen+2:]), Op: CmpOp(b[recLen+4])}
+			r.Len = LenRange{Lo: binary.LittleEndian.Uint16(b[recLen:]), Hi: binary.LittleEndian.Uint16(b[recLen+2:]), Op: CmpOp(b[recLen+4])}
 		},
 	}
 }

@@ -27,6 +27,7 @@ var layoutFingerprints = map[uint32]string{
 	9:  "85d465a13470dd9a", // fd_rule_rec of 160 bytes: len (FlowSpec type 10)
 	10: "2ef0de74fd46a2c3", // frag with bits: frag_set, frag_clear
 	11: "22bfda53491a9f6c", // port (source or destination): port_lo, port_hi
+	12: "22bfda53491a9f6c", // len_op 0 is no len field (enum fd_cmp from 1), which BTF does not show
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

@@ -207,7 +207,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 11
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 12
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
