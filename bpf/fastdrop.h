@@ -126,7 +126,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 12,
+	FD_LAYOUT_VERSION = 13,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
@@ -482,9 +482,15 @@ struct fd_rule_rec {
 	__u8 rsv0;
 	__u16 port_lo; /* port: source or destination port in lo-hi */
 	__u16 port_hi;
+	/* How ttl, dscp, type and code were written (enum fd_cmp): a
+	 * comparison (ttl <3) keeps its range in *_lo-*_hi. */
+	__u8 ttl_op;
+	__u8 dscp_op;
+	__u8 type_op;
+	__u8 code_op;
 	/* Room for the next fields; a field taken from here raises
 	 * FD_LAYOUT_VERSION. */
-	__u8 rsv[20];
+	__u8 rsv[16];
 };
 
 _Static_assert(sizeof(struct fd_rule_rec) == FD_REC_SIZE, "fd_rule_rec size");

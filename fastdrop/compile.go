@@ -274,6 +274,10 @@ const (
 	recLen       = 128 // len_lo, len_hi, len_op
 	recFragSet   = 133 // frag_set, frag_clear
 	recPort      = 136 // port_lo, port_hi
+	recTTLOp     = 140 // how ttl, dscp, type and code were written (enum fd_cmp)
+	recDSCPOp    = 141
+	recTypeOp    = 142
+	recCodeOp    = 143
 	originLen    = int(gen.FastdropFdLayoutFD_ORIGIN_LEN)
 )
 

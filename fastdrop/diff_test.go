@@ -294,6 +294,14 @@ func (g *diffGen) compound() Rule {
 		}
 		if g.rng.IntN(5) == 0 {
 			r.TTL = g.ttlRange()
+			if g.rng.IntN(2) == 0 { // written as a comparison
+				switch n := int(g.ttl()); {
+				case n < 255 && g.rng.IntN(2) == 0:
+					r.TTL = &ByteRange{Lo: uint8(n + 1), Hi: 255, Op: CmpGT}
+				case n > 0:
+					r.TTL = &ByteRange{Lo: 0, Hi: uint8(n - 1), Op: CmpLT}
+				}
+			}
 		}
 		if r.HasProto && r.Proto == ProtoTCP && g.rng.IntN(2) == 0 {
 			r.TCPFlags = g.tcpFlags()

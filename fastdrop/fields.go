@@ -262,10 +262,10 @@ func init() {
 		},
 		{
 			name:     "ttl",
-			examples: []string{"drop udp ttl 0-2", "drop src 192.0.2.0/24 ttl 64", "pass ether ipv6 ttl 255", "drop frag ttl 1"},
-			need:     "ttl needs a value (want a TTL or hop limit 0-255, or a range like 0-2)",
+			examples: []string{"drop udp ttl 0-2", "drop src 192.0.2.0/24 ttl 64", "pass ether ipv6 ttl 255", "drop frag ttl 1", "drop udp ttl <3", "drop ttl >=250", "drop ttl >1", "drop ttl <=64"},
+			need:     "ttl needs a value (want a TTL or hop limit 0-255, a range like 0-2, or a comparison like <3)",
 			parse: func(r *Rule, v string) string {
-				br, msg := parseByteRange(v, "a TTL or hop limit 0-255, or a range like 0-2")
+				br, msg := parseByteRange(v, "a TTL or hop limit 0-255, a range like 0-2, or a comparison like <3")
 				if msg != "" {
 					return fmt.Sprintf("ttl %s: %s", clipped(v), msg)
 				}
@@ -281,15 +281,22 @@ func init() {
 				if r.TTL.Lo > r.TTL.Hi {
 					return fmt.Errorf("ttl %d-%d: range is empty (write the lower value first)", r.TTL.Lo, r.TTL.Hi)
 				}
+				if !cmpConsistent(int(r.TTL.Lo), int(r.TTL.Hi), 255, r.TTL.Op) {
+					return fmt.Errorf("ttl %d-%d is not what comparison %d leaves", r.TTL.Lo, r.TTL.Hi, r.TTL.Op)
+				}
 				return nil
 			},
 			match: func(r *Rule, pkt *packet) bool { return pkt.isIP && r.TTL.Contains(pkt.ttl) },
 			direct: &directField{fld: int(gen.FastdropFdFieldFD_FLD_TTL), off: int(gen.FastdropFdDirectFD_DIR_TTL), bits: 8,
 				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.TTL.Lo), int(r.TTL.Hi)}) }},
 			recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_TTL),
-			rec:     []recMember{{"ttl_lo", recTTL, 1}, {"ttl_hi", recTTL + 1, 1}},
-			encode:  func(b []byte, r *Rule) { b[recTTL], b[recTTL+1] = r.TTL.Lo, r.TTL.Hi },
-			decode:  func(b []byte, r *Rule) { r.TTL = &ByteRange{Lo: b[recTTL], Hi: b[recTTL+1]} },
+			rec:     []recMember{{"ttl_lo", recTTL, 1}, {"ttl_hi", recTTL + 1, 1}, {"ttl_op", recTTLOp, 1}},
+			encode: func(b []byte, r *Rule) {
+				b[recTTL], b[recTTL+1], b[recTTLOp] = r.TTL.Lo, r.TTL.Hi, uint8(r.TTL.Op)
+			},
+			decode: func(b []byte, r *Rule) {
+				r.TTL = &ByteRange{Lo: b[recTTL], Hi: b[recTTL+1], Op: CmpOp(b[recTTLOp])}
+			},
 		},
 		{
 			name:     "flags",
@@ -384,7 +391,7 @@ func init() {
 		},
 		{
 			name:     "dscp",
-			examples: []string{"drop dscp 46", "drop dscp ef", "pass udp dscp af41", "drop src 2001:db8::/32 dscp cs1", "drop dscp 8-15"},
+			examples: []string{"drop dscp 46", "drop dscp ef", "pass udp dscp af41", "drop src 2001:db8::/32 dscp cs1", "drop dscp 8-15", "drop dscp >=32", "drop dscp <8"},
 			need:     "dscp needs a value (" + wantDSCP + ")",
 			parse: func(r *Rule, v string) string {
 				d, msg := parseDSCP(v)
@@ -400,7 +407,7 @@ func init() {
 			textPos: 11,
 			ip:      true,
 			check: func(r *Rule) error {
-				if d := r.DSCP; d.Lo > d.Hi || d.Hi > 63 || d.Named && d.Lo != d.Hi {
+				if d := r.DSCP; d.Lo > d.Hi || d.Hi > 63 || d.Named && d.Lo != d.Hi || !cmpConsistent(int(d.Lo), int(d.Hi), 63, d.Op) {
 					return fmt.Errorf("dscp %d-%d: want a range within 0-63, lower value first", d.Lo, d.Hi)
 				}
 				return nil
@@ -409,15 +416,15 @@ func init() {
 			direct: &directField{fld: int(gen.FastdropFdFieldFD_FLD_DSCP), off: int(gen.FastdropFdDirectFD_DIR_DSCP), bits: 6,
 				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.DSCP.Lo), int(r.DSCP.Hi)}) }},
 			recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_DSCP),
-			rec:     []recMember{{"dscp_lo", recDSCP, 1}, {"dscp_hi", recDSCP + 1, 1}, {"dscp_named", recDSCP + 2, 1}},
+			rec:     []recMember{{"dscp_lo", recDSCP, 1}, {"dscp_hi", recDSCP + 1, 1}, {"dscp_named", recDSCP + 2, 1}, {"dscp_op", recDSCPOp, 1}},
 			encode: func(b []byte, r *Rule) {
-				b[recDSCP], b[recDSCP+1], b[recDSCP+2] = r.DSCP.Lo, r.DSCP.Hi, 0
+				b[recDSCP], b[recDSCP+1], b[recDSCP+2], b[recDSCPOp] = r.DSCP.Lo, r.DSCP.Hi, 0, uint8(r.DSCP.Op)
 				if r.DSCP.Named {
 					b[recDSCP+2] = 1
 				}
 			},
 			decode: func(b []byte, r *Rule) {
-				r.DSCP = &DSCPRange{Lo: b[recDSCP], Hi: b[recDSCP+1], Named: b[recDSCP+2] != 0}
+				r.DSCP = &DSCPRange{Lo: b[recDSCP], Hi: b[recDSCP+1], Named: b[recDSCP+2] != 0, Op: CmpOp(b[recDSCPOp])}
 			},
 		},
 		icmpField("type", unsafe.Offsetof(Rule{}.ICMPType), 3),
@@ -434,6 +441,15 @@ func init() {
 type ICMPType struct {
 	Lo, Hi uint8
 	Named  bool
+	Op     CmpOp // how it was written, as ByteRange.Op
+}
+
+// icmpOp returns the comparison type's or code's range was written with.
+func icmpOp(r *Rule, isType bool) CmpOp {
+	if isType {
+		return r.ICMPType.Op
+	}
+	return r.ICMPCode.Op
 }
 
 // icmpTypeNames are the names of ICMP types (RFC 792) and ICMPv6 types
@@ -472,12 +488,14 @@ func icmpField(name string, at uintptr, textPos int) matchField {
 		return r.ICMPCode.Lo, r.ICMPCode.Hi
 	}
 	fld, dir, flag, rec := int(gen.FastdropFdFieldFD_FLD_CODE), int(gen.FastdropFdDirectFD_DIR_CODE), uint32(gen.FastdropFdRecFlagsFD_REC_CODE), recCode
-	members := []recMember{{"code_lo", recCode, 1}, {"code_hi", recCode + 1, 1}}
+	recOp := recCodeOp
+	members := []recMember{{"code_lo", recCode, 1}, {"code_hi", recCode + 1, 1}, {"code_op", recCodeOp, 1}}
 	if isType {
 		fld, dir, flag, rec = int(gen.FastdropFdFieldFD_FLD_TYPE), int(gen.FastdropFdDirectFD_DIR_TYPE), uint32(gen.FastdropFdRecFlagsFD_REC_TYPE), recType
-		members = []recMember{{"type_lo", recType, 1}, {"type_hi", recType + 1, 1}, {"type_named", recTypeNamed, 1}}
+		recOp = recTypeOp
+		members = []recMember{{"type_lo", recType, 1}, {"type_hi", recType + 1, 1}, {"type_named", recTypeNamed, 1}, {"type_op", recTypeOp, 1}}
 	}
-	examples := []string{"drop icmp " + name + " 3", "drop icmpv6 " + name + " 128-129", "pass icmp " + name + " 0 src 192.0.2.0/24"}
+	examples := []string{"drop icmp " + name + " 3", "drop icmpv6 " + name + " 128-129", "pass icmp " + name + " 0 src 192.0.2.0/24", "drop icmp " + name + " >=128", "drop icmpv6 " + name + " <4"}
 	if isType {
 		examples = append(examples, "drop icmp type echo-request", "drop icmpv6 type nd-neighbor-solicit", "drop icmp type 3 code 4")
 	}
@@ -507,7 +525,7 @@ func icmpField(name string, at uintptr, textPos int) matchField {
 				return fmt.Sprintf("%s %s: %s", name, clipped(v), msg)
 			}
 			if isType {
-				r.ICMPType = &ICMPType{Lo: br.Lo, Hi: br.Hi}
+				r.ICMPType = &ICMPType{Lo: br.Lo, Hi: br.Hi, Op: br.Op}
 			} else {
 				r.ICMPCode = br
 			}
@@ -520,7 +538,11 @@ func icmpField(name string, at uintptr, textPos int) matchField {
 				return "type " + icmpTypeName(r.Proto, r.ICMPType.Lo)
 			}
 			lo, hi := lohi(r)
-			return name + " " + ByteRange{lo, hi}.String()
+			op := r.ICMPCode
+			if isType {
+				return name + " " + ByteRange{Lo: lo, Hi: hi, Op: r.ICMPType.Op}.String()
+			}
+			return name + " " + op.String()
 		},
 		textPos: textPos,
 		ip:      true,
@@ -530,8 +552,11 @@ func icmpField(name string, at uintptr, textPos int) matchField {
 			if lo > hi {
 				return fmt.Errorf("%s %d-%d: range is empty (write the lower value first)", name, lo, hi)
 			}
+			if op := icmpOp(r, isType); !cmpConsistent(int(lo), int(hi), 255, op) {
+				return fmt.Errorf("%s %d-%d is not what comparison %d leaves", name, lo, hi, op)
+			}
 			if !r.HasProto || icmpTypeNames[r.Proto] == nil {
-				return fmt.Errorf("%s needs protocol icmp or icmpv6 (write e.g. \"icmp %s %s\")", name, name, ByteRange{lo, hi})
+				return fmt.Errorf("%s needs protocol icmp or icmpv6 (write e.g. \"icmp %s %s\")", name, name, ByteRange{Lo: lo, Hi: hi})
 			}
 			if isType && r.ICMPType.Named && (lo != hi || icmpTypeName(r.Proto, lo) == "") {
 				return fmt.Errorf("type %d of %s has no name", lo, protoName(r.Proto))
@@ -555,15 +580,16 @@ func icmpField(name string, at uintptr, textPos int) matchField {
 		rec:     members,
 		encode: func(b []byte, r *Rule) {
 			b[rec], b[rec+1] = lohi(r)
+			b[recOp] = uint8(icmpOp(r, isType))
 			if isType && r.ICMPType.Named {
 				b[recTypeNamed] = 1
 			}
 		},
 		decode: func(b []byte, r *Rule) {
 			if isType {
-				r.ICMPType = &ICMPType{Lo: b[rec], Hi: b[rec+1], Named: b[recTypeNamed] != 0}
+				r.ICMPType = &ICMPType{Lo: b[rec], Hi: b[rec+1], Named: b[recTypeNamed] != 0, Op: CmpOp(b[recOp])}
 			} else {
-				r.ICMPCode = &ByteRange{Lo: b[rec], Hi: b[rec+1]}
+				r.ICMPCode = &ByteRange{Lo: b[rec], Hi: b[rec+1], Op: CmpOp(b[recOp])}
 			}
 		},
 	}
@@ -576,6 +602,7 @@ func icmpField(name string, at uintptr, textPos int) matchField {
 type DSCPRange struct {
 	Lo, Hi uint8
 	Named  bool
+	Op     CmpOp // how it was written, as ByteRange.Op
 }
 
 const wantDSCP = "want a codepoint 0-63, a range like 8-15, or a name: ef, af11 to af43, cs0 to cs7"
@@ -597,7 +624,7 @@ func (d DSCPRange) String() string {
 	if d.Named {
 		return dscpName(d.Lo)
 	}
-	return ByteRange{d.Lo, d.Hi}.String()
+	return rangeText(int(d.Lo), int(d.Hi), d.Op)
 }
 
 func parseDSCP(s string) (*DSCPRange, string) {
@@ -608,6 +635,12 @@ func parseDSCP(s string) (*DSCPRange, string) {
 			}
 		}
 		return nil, "unknown codepoint name (" + wantDSCP + ")"
+	}
+	if lo, hi, op, msg, ok := parseCmp(s, 63, "a codepoint 0-63, a range like 8-15, a comparison like >=32, or a name: ef, af11 to af43, cs0 to cs7"); ok {
+		if msg != "" {
+			return nil, msg
+		}
+		return &DSCPRange{Lo: uint8(lo), Hi: uint8(hi), Op: op}, ""
 	}
 	br, msg := parseByteRange(s, "a codepoint 0-63, a range like 8-15, or a name: ef, af11 to af43, cs0 to cs7")
 	if msg != "" {
@@ -717,20 +750,92 @@ func parseTCPFlags(s string) (*TCPFlags, string) {
 
 // ByteRange is an inclusive range of the values of an 8-bit field (ttl); a
 // single value has Lo == Hi.
-type ByteRange struct{ Lo, Hi uint8 }
+// Op says how it was written, for String: CmpNone or CmpRange for N or
+// LO-HI; a comparison (<3 is 0-2 with CmpLT, >=64 is 64-255 with CmpGE).
+type ByteRange struct {
+	Lo, Hi uint8
+	Op     CmpOp
+}
 
 // Contains reports whether Lo <= v <= Hi.
 func (b ByteRange) Contains(v uint8) bool { return b.Lo <= v && v <= b.Hi }
 
-func (b ByteRange) String() string {
-	if b.Lo == b.Hi {
-		return strconv.Itoa(int(b.Lo))
+func (b ByteRange) String() string { return rangeText(int(b.Lo), int(b.Hi), b.Op) }
+
+// rangeText writes lo-hi as written with op: N, LO-HI, >N, >=N, <N, <=N.
+func rangeText(lo, hi int, op CmpOp) string {
+	switch op {
+	case CmpGT:
+		return ">" + strconv.Itoa(lo-1)
+	case CmpGE:
+		return ">=" + strconv.Itoa(lo)
+	case CmpLT:
+		return "<" + strconv.Itoa(hi+1)
+	case CmpLE:
+		return "<=" + strconv.Itoa(hi)
 	}
-	return strconv.Itoa(int(b.Lo)) + "-" + strconv.Itoa(int(b.Hi))
+	if lo == hi {
+		return strconv.Itoa(lo)
+	}
+	return strconv.Itoa(lo) + "-" + strconv.Itoa(hi)
 }
 
-// parseByteRange parses "N" or "LO-HI" (0-255); want says what is wanted.
+// cmpConsistent reports whether lo-hi is what op leaves of 0-max (a
+// comparison's range reaches 0 or max; a range may be anything).
+func cmpConsistent(lo, hi, max int, op CmpOp) bool {
+	switch op {
+	case CmpNone, CmpRange:
+		return true
+	case CmpGT:
+		return lo > 0 && hi == max
+	case CmpGE:
+		return hi == max
+	case CmpLT, CmpLE:
+		return lo == 0 && (op == CmpLE || hi < max)
+	}
+	return false
+}
+
+// parseCmp parses a comparison with a value of 0-max (>N, >=N, <N, <=N) into
+// the range it leaves; ok is false if s is not a comparison.
+func parseCmp(s string, max int, want string) (lo, hi int, op CmpOp, msg string, ok bool) {
+	for _, op := range []CmpOp{CmpGE, CmpLE, CmpGT, CmpLT} {
+		rest, found := strings.CutPrefix(s, cmpText[op])
+		if !found {
+			continue
+		}
+		n, isNum := parseUint(rest, 6)
+		if !isNum || n > max {
+			return 0, 0, 0, fmt.Sprintf("%q is not a number 0-%d (want %s)", clipped(rest), max, want), true
+		}
+		switch op {
+		case CmpGT:
+			if n == max {
+				return 0, 0, 0, fmt.Sprintf(">%d never matches: no value is above %d", n, max), true
+			}
+			return n + 1, max, op, "", true
+		case CmpGE:
+			return n, max, op, "", true
+		case CmpLT:
+			if n == 0 {
+				return 0, 0, 0, "<0 never matches: no value is below 0", true
+			}
+			return 0, n - 1, op, "", true
+		}
+		return 0, n, op, "", true
+	}
+	return 0, 0, 0, "", false
+}
+
+// parseByteRange parses "N", "LO-HI" (0-255) or a comparison (>N, >=N,
+// <N, <=N); want says what is wanted.
 func parseByteRange(s, want string) (*ByteRange, string) {
+	if lo, hi, op, msg, ok := parseCmp(s, 255, want); ok {
+		if msg != "" {
+			return nil, msg
+		}
+		return &ByteRange{Lo: uint8(lo), Hi: uint8(hi), Op: op}, ""
+	}
 	los, his, isRange := strings.Cut(s, "-")
 	lo, ok := parseUint(los, 3)
 	if !ok || lo > 255 {

@@ -410,3 +410,48 @@ drop tcp port 22 dst 2001:db8::/32       # 3
 		})
 	})
 }
+
+// TestKernelCompare: <, <=, > and >= on ttl, dscp, type and code match
+// the ranges they leave, the ends included or not as written.
+func TestKernelCompare(t *testing.T) {
+	rules := `
+drop udp ttl <3                         # 0
+drop dscp >=46 dst 198.51.100.0/24      # 1
+drop icmp type >12                      # 2
+pass icmpv6 code <=1                    # 3
+drop ttl >250 src 203.0.113.0/24        # 4
+`
+	u := func(ttl uint8) []byte {
+		return withTTL(spec4("10.1.1.1", "10.2.2.2", frames.ProtoUDP, 1, 2), ttl)
+	}
+	tos := func(d uint8) []byte {
+		s := spec4("10.1.1.1", "198.51.100.1", 47, 0, 0)
+		s.TOS = d << 2
+		return s.Build().Bytes
+	}
+	icmp := func(typ, code uint8) []byte {
+		f := spec4("10.1.1.1", "10.2.2.2", frames.ProtoICMP, 0, 0).Build()
+		f.Bytes[f.L4], f.Bytes[f.L4+1] = typ, code
+		return f.Bytes
+	}
+	icmp6 := func(typ, code uint8) []byte {
+		f := spec6("2001:db9::1", "2001:db9::2", frames.ProtoICMPv6, 0, 0).Build()
+		f.Bytes[f.L4], f.Bytes[f.L4+1] = typ, code
+		return f.Bytes
+	}
+	cases := []matchCase{
+		{"udp ttl 2", u(2), kCompound(ActionDrop, 0)},
+		{"udp ttl 3", u(3), kDefault(ActionPass)},
+		{"dscp 46", tos(46), kCompound(ActionDrop, 1)},
+		{"dscp 63", tos(63), kCompound(ActionDrop, 1)},
+		{"dscp 45", tos(45), kDefault(ActionPass)},
+		{"icmp type 13", icmp(13, 0), kCompound(ActionDrop, 2)},
+		{"icmp type 12", icmp(12, 0), kDefault(ActionPass)},
+		{"icmpv6 code 1", icmp6(128, 1), kCompound(ActionPass, 3)},
+		{"icmpv6 code 2", icmp6(128, 2), kDefault(ActionPass)},
+		{"ttl 251 from 203.0.113.1", withTTL(spec4("203.0.113.1", "10.2.2.2", 47, 0, 0), 251), kCompound(ActionDrop, 4)},
+		{"ttl 250 from 203.0.113.1", withTTL(spec4("203.0.113.1", "10.2.2.2", 47, 0, 0), 250), kDefault(ActionPass)},
+	}
+	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
+	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
+}

@@ -207,7 +207,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 12
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 13
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
@@ -381,7 +381,11 @@ type FastdropFdRuleRec struct {
 	Rsv0       uint8
 	PortLo     uint16
 	PortHi     uint16
-	Rsv        [20]uint8
+	TtlOp      uint8
+	DscpOp     uint8
+	TypeOp     uint8
+	CodeOp     uint8
+	Rsv        [16]uint8
 }
 
 type FastdropFdSrcKey struct {

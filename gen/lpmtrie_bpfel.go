@@ -139,7 +139,11 @@ type LpmtrieFdRuleRec struct {
 	Rsv0       uint8
 	PortLo     uint16
 	PortHi     uint16
-	Rsv        [20]uint8
+	TtlOp      uint8
+	DscpOp     uint8
+	TypeOp     uint8
+	CodeOp     uint8
+	Rsv        [16]uint8
 }
 
 type LpmtrieFdSrcKey struct {
