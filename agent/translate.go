@@ -94,8 +94,10 @@ var numericFields = map[int]struct {
 // Bit names of the bitmask components, as the rule language writes them.
 var (
 	tcpFlagNames  = []string{"fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr"}
-	fragNames4    = []string{"df", "any", "first", "last"}
-	fragNames6    = []string{"", "any", "first", "last"} // no DF in IPv6 (RFC 8956 section 3.6)
+	// IsF (bit 1) is "a fragment other than the first" (RFC 8955
+	// 4.2.2.12), which the rule language writes any,!first: see fragWords.
+	fragNames4    = []string{"df", "", "first", "last"}
+	fragNames6    = []string{"", "", "first", "last"} // no DF in IPv6 (RFC 8956 section 3.6)
 	componentName = map[int]string{
 		fsDstPrefix: "destination prefix", fsSrcPrefix: "source prefix", fsProto: "protocol",
 		fsPort: "port", fsDstPort: "destination port", fsSrcPort: "source port",
@@ -568,6 +570,22 @@ func bitmaskPart(t int, c bgp.FlowSpecComponentInterface, family int) (*part, er
 			return nil, nil // this disjunct matches all: so does the component
 		}
 		var words []string
+		if t == fsFragment {
+			w, ok, err := fragIsF(cj)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue // IsF with FF set: no packet is both
+			}
+			words = w
+			cj.set &^= fragIsFBit
+			cj.clear &^= fragIsFBit
+			if len(words) > 0 {
+				cj.set &^= fragFFBit // fragIsF wrote !first already
+				cj.clear &^= fragFFBit
+			}
+		}
 		for i := 0; i < 64; i++ {
 			b := uint64(1) << i
 			if (cj.set|cj.clear)&b == 0 {
@@ -587,7 +605,34 @@ func bitmaskPart(t int, c bgp.FlowSpecComponentInterface, family int) (*part, er
 		}
 		p.compact = append(p.compact, alt{{kw, strings.Join(words, ",")}})
 	}
+	if len(p.compact) == 0 {
+		return nil, refusef("matches no packet")
+	}
 	return p, nil
+}
+
+// The fragment component's IsF and FF bits (RFC 8955 4.2.2.12).
+const (
+	fragIsFBit = 1 << 1
+	fragFFBit  = 1 << 2
+)
+
+// fragIsF translates the IsF bit of one conjunction of a fragment
+// component. IsF set, "a fragment other than the first", is any,!first in
+// the rule language (any alone would widen it to first fragments); with FF
+// set too, the conjunction matches no packet (ok false). IsF clear
+// ("unfragmented or a first fragment") is two alternatives, which one rule
+// cannot say: refused, never widened.
+func fragIsF(cj conj) (words []string, ok bool, err error) {
+	switch {
+	case cj.clear&fragIsFBit != 0:
+		return nil, false, refusef("fragment bit IsF clear (not a fragment other than the first) is unfragmented or first fragments: the rule language has no one rule for it")
+	case cj.set&fragIsFBit == 0:
+		return nil, true, nil
+	case cj.set&fragFFBit != 0:
+		return nil, false, nil
+	}
+	return []string{"any", "!first"}, true, nil
 }
 
 // FlowSpec action extended communities (RFC 8955 section 7, and the
