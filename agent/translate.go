@@ -93,7 +93,7 @@ var numericFields = map[int]struct {
 
 // Bit names of the bitmask components, as the rule language writes them.
 var (
-	tcpFlagNames  = []string{"fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr"}
+	tcpFlagNames = []string{"fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr"}
 	// IsF (bit 1) is "a fragment other than the first" (RFC 8955
 	// 4.2.2.12), which the rule language writes any,!first: see fragWords.
 	fragNames4    = []string{"df", "", "first", "last"}
