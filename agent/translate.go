@@ -95,7 +95,7 @@ var numericFields = map[int]struct {
 var (
 	tcpFlagNames = []string{"fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr"}
 	// IsF (bit 1) is "a fragment other than the first" (RFC 8955
-	// 4.2.2.12), which the rule language writes any,!first: see fragWords.
+	// 4.2.2.12), which the rule language writes any,!first: see fragIsF.
 	fragNames4    = []string{"df", "", "first", "last"}
 	fragNames6    = []string{"", "", "first", "last"} // no DF in IPv6 (RFC 8956 section 3.6)
 	componentName = map[int]string{
