@@ -27,10 +27,6 @@ const (
 
 var cmpText = [...]string{CmpGT: ">", CmpGE: ">=", CmpLT: "<", CmpLE: "<="}
 
-// maxPktLen is the largest value of len a frame can have: an IPv6 packet
-// of 40 + 65535 bytes. The program's table has 17 bits for it.
-const maxPktLen = 40 + 65535
-
 // LenRange is what len matches: the IP packet's length as FlowSpec type
 // 10 defines it (RFC 8955 4.2.2.10: the total IP packet length, excluding
 // layer 2 but including the IP header; RFC 8956 leaves the component as

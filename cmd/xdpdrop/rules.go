@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xdpdrop/xdpdrop/fastdrop"
+	"github.com/xdpdrop/xdpdrop/loader"
 )
 
 func (a *app) rulesCmd() *cobra.Command {
@@ -91,17 +92,11 @@ func (a *app) ruleChangeCmd(use, short, done string, change func(*fastdrop.Engin
 			}
 			// Held from reading the rules in force to writing the new set
 			// (and the reload, if the tables grow).
-			lk, err := a.lockIface(iface, lockTimeout)
+			att, eng, release, err := a.lockedDrop(iface, lockTimeout)
 			if err != nil {
 				return err
 			}
-			defer lk.Unlock()
-			att, eng, err := a.needDrop(iface)
-			if err != nil {
-				return err
-			}
-			defer att.Close()
-			defer eng.Close()
+			defer release()
 			err = change(eng, rules...)
 			reloaded := false
 			if grows {
@@ -160,17 +155,11 @@ func (a *app) rulesClearCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			lk, err := a.lockIface(iface, lockTimeout)
+			_, eng, release, err := a.lockedDrop(iface, lockTimeout)
 			if err != nil {
 				return err
 			}
-			defer lk.Unlock()
-			att, eng, err := a.needDrop(iface)
-			if err != nil {
-				return err
-			}
-			defer att.Close()
-			defer eng.Close()
+			defer release()
 			had, err := eng.OriginRules(o)
 			if err == nil {
 				err = eng.ApplyOrigin(o, &fastdrop.RuleSet{})
@@ -231,17 +220,11 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 			for i := range rules {
 				rules[i].Origin = o
 			}
-			lk, err := a.lockIface(iface, lockTimeout)
+			att, eng, release, err := a.lockedDrop(iface, lockTimeout)
 			if err != nil {
 				return err
 			}
-			defer lk.Unlock()
-			att, eng, err := a.needDrop(iface)
-			if err != nil {
-				return err
-			}
-			defer att.Close()
-			defer eng.Close()
+			defer release()
 			if rs != nil {
 				reloaded, err := applyDrop(att, eng, o, rs)
 				if err != nil {
@@ -398,4 +381,25 @@ func decimalLen(n uint64) int {
 		d++
 	}
 	return d
+}
+
+// lockedDrop takes iface's lock and opens its fast drop, for a command
+// that changes the rules: the lock is held from reading the rules in force
+// to writing the new set (and the reload, if the tables grow). release
+// closes both and releases the lock.
+func (a *app) lockedDrop(iface string, timeout time.Duration) (att *loader.Attachment, eng *fastdrop.Engine, release func(), err error) {
+	lk, err := a.lockIface(iface, timeout)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	att, eng, err = a.needDrop(iface)
+	if err != nil {
+		lk.Unlock()
+		return nil, nil, nil, err
+	}
+	return att, eng, func() {
+		eng.Close()
+		att.Close()
+		lk.Unlock()
+	}, nil
 }
