@@ -98,7 +98,10 @@ func TestCLIConcurrentDropDetach(t *testing.T) {
 	for i := range n {
 		p := fmt.Sprintf("10.%d.0.0/16", 1+i)
 		sets = append(sets, "drop src "+p)
-		runs = append(runs, []string{"drop", "--iface", v.Name, "--deny", p, "--json"})
+		// Every command waits for all before it: five attaches of about
+		// 2 s each are more than the default 10 s on a busy machine, and
+		// this test is about the order, not the wait (TestCLILockTimeout).
+		runs = append(runs, []string{"drop", "--iface", v.Name, "--deny", p, "--json", "--lock-timeout", "5m"})
 	}
 	attached := 0
 	for i, r := range cliConcurrently(t, runs) {
@@ -120,7 +123,7 @@ func TestCLIConcurrentDropDetach(t *testing.T) {
 
 	runs = nil
 	for range n {
-		runs = append(runs, []string{"detach", "--iface", v.Name})
+		runs = append(runs, []string{"detach", "--iface", v.Name, "--lock-timeout", "5m"})
 	}
 	detached := 0
 	for i, r := range cliConcurrently(t, runs) {
@@ -137,9 +140,9 @@ func TestCLIConcurrentDropDetach(t *testing.T) {
 	runs = nil
 	for i := range 2 * n {
 		if i%2 == 0 {
-			runs = append(runs, []string{"drop", "--iface", v.Name, "--deny", "192.0.2.0/24"})
+			runs = append(runs, []string{"drop", "--iface", v.Name, "--deny", "192.0.2.0/24", "--lock-timeout", "5m"})
 		} else {
-			runs = append(runs, []string{"detach", "--iface", v.Name})
+			runs = append(runs, []string{"detach", "--iface", v.Name, "--lock-timeout", "5m"})
 		}
 	}
 	for i, r := range cliConcurrently(t, runs) {
