@@ -2,11 +2,11 @@ package pcapng_test
 
 import (
 	"bytes"
+	"encoding/hex"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -128,32 +128,7 @@ func TestTcpdumpReads(t *testing.T) {
 		s := string(out)
 		require.Contains(t, s, "1740832245.123456 IP 198.51.100.7.4000 > 192.0.2.9.11211: UDP, length 18")
 		require.Contains(t, s, "2001:db8::1.5000 > 2001:db8::2.443: Flags [S]")
-		require.Contains(t, hexOf(s), hexBytes(fs[0]), "byte for byte")
-		require.Contains(t, hexOf(s), hexBytes(fs[1][:128]))
+		require.Contains(t, testenv.TcpdumpHex(s), hex.EncodeToString(fs[0]), "byte for byte")
+		require.Contains(t, testenv.TcpdumpHex(s), hex.EncodeToString(fs[1][:128]))
 	}
-}
-
-// hexOf joins tcpdump -xx's hex columns.
-func hexOf(out string) string {
-	var b strings.Builder
-	for _, l := range strings.Split(out, "\n") {
-		l = strings.TrimSpace(l)
-		if !strings.HasPrefix(l, "0x") {
-			b.WriteString("|")
-			continue
-		}
-		_, rest, _ := strings.Cut(l, ":")
-		b.WriteString(strings.ReplaceAll(strings.TrimSpace(rest), " ", ""))
-	}
-	return b.String()
-}
-
-func hexBytes(b []byte) string {
-	const digits = "0123456789abcdef"
-	var s strings.Builder
-	for _, c := range b {
-		s.WriteByte(digits[c>>4])
-		s.WriteByte(digits[c&15])
-	}
-	return s.String()
 }

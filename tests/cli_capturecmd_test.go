@@ -3,7 +3,9 @@ package tests
 import (
 	"bufio"
 	"bytes"
+	"encoding/hex"
 	"io"
+	"math/bits"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,7 +158,7 @@ func TestCLICapture(t *testing.T) {
 	// The kernel's own IPv6 frames on the veth (MLD, ND) pass too: --match
 	// keeps the test's.
 	c, cOut, cErr := startCapture(t, nil, "--iface", v.Name, "--verdict", "pass", "--match", "udp dport 53", "--count", "10", "--snaplen", "64")
-	require.Equal(t, 3, popcount(registrations(t, v.Name)), "three captures registered")
+	require.Equal(t, 3, bits.OnesCount32(registrations(t, v.Name)), "three captures registered")
 
 	send(t, v, "100", "11211")
 	send(t, v, "50", "19")
@@ -205,7 +207,7 @@ func TestCLICapture(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, 100, strings.Count(string(out), "> 198.18.0.1.11211: UDP"), "%s", out)
 	require.Equal(t, 50, strings.Count(string(out), "> 198.18.0.1.19: UDP"))
-	require.Contains(t, hexDump(string(out)), hexString(ps[0].Data))
+	require.Contains(t, testenv.TcpdumpHex(string(out)), hex.EncodeToString(ps[0].Data))
 
 	_, ps = readPcapng(t, matched)
 	require.Len(t, ps, 5, "1 in 10 of the 50 frames to port 19")
@@ -293,39 +295,6 @@ func TestCLICaptureBadInput(t *testing.T) {
 	}
 	r = cli(t, "capture", "--verdict", "drop")
 	requireOneLineError(t, r, 2, `required flag(s) "iface" not set`)
-}
-
-func popcount(x uint32) int {
-	n := 0
-	for ; x != 0; x &= x - 1 {
-		n++
-	}
-	return n
-}
-
-// hexDump joins tcpdump -xx's hex columns, a | between packets.
-func hexDump(out string) string {
-	var b strings.Builder
-	for _, l := range strings.Split(out, "\n") {
-		l = strings.TrimSpace(l)
-		if !strings.HasPrefix(l, "0x") {
-			b.WriteString("|")
-			continue
-		}
-		_, rest, _ := strings.Cut(l, ":")
-		b.WriteString(strings.ReplaceAll(strings.TrimSpace(rest), " ", ""))
-	}
-	return b.String()
-}
-
-func hexString(p []byte) string {
-	const digits = "0123456789abcdef"
-	var s strings.Builder
-	for _, c := range p {
-		s.WriteByte(digits[c>>4])
-		s.WriteByte(digits[c&15])
-	}
-	return s.String()
 }
 
 // TestCLICaptureNoticesDetach: a capture whose program goes away ends

@@ -16,6 +16,7 @@ import (
 
 	"github.com/xdpdrop/xdpdrop/gen"
 	"github.com/xdpdrop/xdpdrop/internal/testenv"
+	"github.com/xdpdrop/xdpdrop/loader"
 )
 
 // xdpdropBin is the CLI built once for the whole package by TestMain.
@@ -36,8 +37,15 @@ func TestMain(m *testing.M) {
 	if err := build.Run(); err != nil {
 		panic("build xdpdrop: " + err.Error())
 	}
+	// The commands pin under loader.DefaultPinRoot and remove their pins;
+	// the root itself, made by the first of them, goes too if these tests
+	// made it (os.Remove takes only an empty directory).
+	_, rootErr := os.Stat(loader.DefaultPinRoot)
 	code := m.Run()
 	os.RemoveAll(dir)
+	if os.IsNotExist(rootErr) {
+		os.Remove(loader.DefaultPinRoot)
+	}
 	os.Exit(code)
 }
 

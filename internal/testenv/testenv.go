@@ -159,3 +159,20 @@ func missingCaps() []string {
 	}
 	return missing
 }
+
+// TcpdumpHex joins the hex columns of `tcpdump -xx` output into one
+// string of hex digits, a | between packets, so that a test can look for
+// the hex.EncodeToString of the bytes it expects.
+func TcpdumpHex(out string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if !strings.HasPrefix(l, "0x") {
+			b.WriteString("|")
+			continue
+		}
+		_, rest, _ := strings.Cut(l, ":")
+		b.WriteString(strings.ReplaceAll(strings.TrimSpace(rest), " ", ""))
+	}
+	return b.String()
+}
