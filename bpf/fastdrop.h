@@ -126,11 +126,13 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 13,
+	FD_LAYOUT_VERSION = 14,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
 	FD_ORIGIN_LEN = 16,   /* fd_rule_rec.origin */
+	FD_LISTS_SIZE = 1024, /* a value of fd_rule_lists */
+	FD_LISTS_MAX = 1024,  /* its entries: 4 x FD_MAX_COMPOUND */
 	FD_COUNTER_SIZE = 16, /* struct counter */
 	FD_V6_ENT_SIZE = 32,  /* struct fd_v6_ent */
 
@@ -572,6 +574,11 @@ enum fd_rec_flags {
 	FD_REC_LEN = 4096,
 	FD_REC_FRAGBITS = 8192,
 	FD_REC_PORT = 16384,
+	/* The rule has a numeric field that its record's members cannot
+	 * hold (a value list, a negated list, a comparison on a field with
+	 * no *_op member, a value past the member's width): those fields
+	 * are in fd_rule_lists under the rule's slot. */
+	FD_REC_LISTS = 32768,
 };
 
 /* fd_rule_rec.len_op: how a numeric field's range was written. */
@@ -739,6 +746,19 @@ struct {
 	__type(value, struct fd_rule_rec);
 	__uint(max_entries, 1024);
 } fd_rules SEC(".maps");
+
+/* The numeric fields of the rules whose records cannot hold them
+ * (FD_REC_LISTS), by the rules' slots: value lists, negated lists (issue
+ * 20), encoded by fastdrop/fields_num.go. Only compound rules have them, so
+ * few slots have an entry (allocated when written). The program never
+ * reads it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__uint(value_size, FD_LISTS_SIZE);
+	__uint(max_entries, FD_LISTS_MAX);
+} fd_rule_lists SEC(".maps");
 
 /* Counter slots per CPU (in each value of fd_counters). */
 volatile const __u32 fd_counter_slots = 1024;

@@ -207,9 +207,11 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 13
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 14
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
+	FastdropFdLayoutFD_LISTS_SIZE      FastdropFdLayout = 1024
+	FastdropFdLayoutFD_LISTS_MAX       FastdropFdLayout = 1024
 	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6ENT_SIZE      FastdropFdLayout = 32
 	FastdropFdLayoutFD_VAL_ACT_SHIFT   FastdropFdLayout = 29
@@ -327,6 +329,7 @@ const (
 	FastdropFdRecFlagsFD_REC_LEN      FastdropFdRecFlags = 4096
 	FastdropFdRecFlagsFD_REC_FRAGBITS FastdropFdRecFlags = 8192
 	FastdropFdRecFlagsFD_REC_PORT     FastdropFdRecFlags = 16384
+	FastdropFdRecFlagsFD_REC_LISTS    FastdropFdRecFlags = 32768
 )
 
 type FastdropFdRuleRec struct {
@@ -462,6 +465,7 @@ const (
 	FastdropMapFdPolCnt          = "fd_pol_cnt"
 	FastdropMapFdPolSrc          = "fd_pol_src"
 	FastdropMapFdPolicers        = "fd_policers"
+	FastdropMapFdRuleLists       = "fd_rule_lists"
 	FastdropMapFdRules           = "fd_rules"
 	FastdropMapFdV4Sparse        = "fd_v4_sparse"
 	FastdropMapFdV4Tbl8          = "fd_v4_tbl8"
@@ -535,6 +539,7 @@ type FastdropMapSpecs struct {
 	FdPolCnt      *ebpf.MapSpec `ebpf:"fd_pol_cnt"`
 	FdPolSrc      *ebpf.MapSpec `ebpf:"fd_pol_src"`
 	FdPolicers    *ebpf.MapSpec `ebpf:"fd_policers"`
+	FdRuleLists   *ebpf.MapSpec `ebpf:"fd_rule_lists"`
 	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
@@ -582,6 +587,7 @@ type FastdropMaps struct {
 	FdPolCnt      *ebpf.Map `ebpf:"fd_pol_cnt"`
 	FdPolSrc      *ebpf.Map `ebpf:"fd_pol_src"`
 	FdPolicers    *ebpf.Map `ebpf:"fd_policers"`
+	FdRuleLists   *ebpf.Map `ebpf:"fd_rule_lists"`
 	FdRules       *ebpf.Map `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
@@ -601,6 +607,7 @@ func (m *FastdropMaps) Close() error {
 		m.FdPolCnt,
 		m.FdPolSrc,
 		m.FdPolicers,
+		m.FdRuleLists,
 		m.FdRules,
 		m.FdV4Sparse,
 		m.FdV4Tbl8,
