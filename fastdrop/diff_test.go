@@ -290,7 +290,12 @@ func (g *diffGen) compound() Rule {
 				r.Proto = uint8(g.rng.Uint32())
 			}
 		}
-		if r.HasProto && (r.Proto == ProtoTCP || r.Proto == ProtoUDP) {
+		if !r.HasProto && g.rng.IntN(5) == 0 {
+			// A list of protocols (with ports, only TCP and UDP).
+			r.nums().Proto = g.num(&protoSpec, func() uint32 { return uint32(diffProtos[g.rng.IntN(len(diffProtos))]) },
+				func(v uint32) bool { return protoName(uint8(v)) != "" })
+		}
+		if r.protoOnly(func(p uint8) bool { return p == ProtoTCP || p == ProtoUDP }) {
 			if g.rng.IntN(2) == 0 {
 				r.nums().Sport = g.portNum()
 			}

@@ -95,6 +95,9 @@ type matchField struct {
 	// record keeps a value of one item.
 	num    *numSpec
 	numRec recNum
+	// numAt is the offset of the field's Num in Nums (numeric fields and
+	// proto's lists).
+	numAt uintptr
 }
 
 // frameKind is what a frame must be for a field to match it, beyond IP.
@@ -148,6 +151,7 @@ const (
 	storeU8                          // a byte; set if not 0 (len: its Op)
 	storeB2                          // two bytes; set if either is not 0 (FragBits)
 	storeNum                         // a Num in Rule.Nums (at: its offset there); set if it has items
+	storeProto                       // proto: HasProto, or a list in Rule.Nums.Proto
 )
 
 // matchFields are the match fields, in the order messages list them and
@@ -159,47 +163,7 @@ func init() {
 	matchFields = [...]matchField{
 		prefixField("src", unsafe.Offsetof(Rule{}.Src), recPlace{recFlagSrc, recSrcLen, recSrc}, func(r *Rule) *netip.Prefix { return &r.Src }, func(p *packet) netip.Addr { return p.src }, 5),
 		prefixField("dst", unsafe.Offsetof(Rule{}.Dst), recPlace{recFlagDst, recDstLen, recDst}, func(r *Rule) *netip.Prefix { return &r.Dst }, func(p *packet) netip.Addr { return p.dst }, 7),
-		{
-			name:     "proto",
-			examples: []string{"drop tcp", "pass proto 47", "drop ether ipv6 icmpv6", "drop proto 44 src 2001:db8::/32 frag"},
-			aliases:  []string{"tcp", "udp", "icmp", "icmpv6"},
-			need:     "proto needs a value (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)",
-			parse: func(r *Rule, v string) string {
-				n, ok := parseProto(v)
-				if !ok {
-					return fmt.Sprintf("unknown protocol %q (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)", clipped(v))
-				}
-				r.Proto, r.HasProto = n, true
-				return ""
-			},
-			twice: func(prev, v string) string {
-				return fmt.Sprintf("protocol given twice (%q, then %q; each field at most once per rule, write two rules to match either)", clipped(prev), clipped(v))
-			},
-			at:    unsafe.Offsetof(Rule{}.HasProto),
-			store: storeBool,
-			text: func(r *Rule) string {
-				if name := protoName(r.Proto); name != "" {
-					return name
-				}
-				return "proto " + strconv.Itoa(int(r.Proto))
-			},
-			textPos:   1,
-			ip:        true,
-			checkZero: true, // a Proto without HasProto
-			check: func(r *Rule) error {
-				if !r.HasProto && r.Proto != 0 {
-					return fmt.Errorf("rule sets protocol %d but its protocol match is off", r.Proto)
-				}
-				return nil
-			},
-			match: func(r *Rule, pkt *packet) bool { return pkt.isIP && r.Proto == pkt.proto },
-			direct: &directField{fld: fldProto, off: int(gen.FastdropFdDirectFD_DIR_PROTO), bits: 8,
-				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.Proto), int(r.Proto)}) }},
-			recFlag: recFlagProto,
-			rec:     []recMember{{"proto", recProto, 1}},
-			encode:  func(b []byte, r *Rule) { b[recProto] = r.Proto },
-			decode:  func(b []byte, r *Rule) { r.Proto, r.HasProto = b[recProto], true },
-		},
+		protoField(),
 		portField("sport", unsafe.Offsetof(Nums{}.Sport), recFlagSport, recSport, fldSport, int(gen.FastdropFdDirectFD_DIR_SPORT), func(p *packet) uint16 { return p.sport }, 6),
 		portField("dport", unsafe.Offsetof(Nums{}.Dport), recFlagDport, recDport, fldDport, int(gen.FastdropFdDirectFD_DIR_DPORT), func(p *packet) uint16 { return p.dport }, 8),
 		{
@@ -302,7 +266,7 @@ func init() {
 				if fl.Set&fl.Clear != 0 || fl.Exact && fl.Clear != 0 {
 					return fmt.Errorf("flags %s: a flag both set and clear never matches", fl)
 				}
-				if !r.HasProto || r.Proto != ProtoTCP {
+				if !r.protoOnly(func(p uint8) bool { return p == ProtoTCP }) {
 					return fmt.Errorf("flags needs protocol tcp (write e.g. \"tcp flags %s\")", fl)
 				}
 				if r.Fragment {
@@ -434,7 +398,7 @@ func icmpField(name string, at uintptr, textPos int) matchField {
 		o.value = func(p *packet) (uint32, bool) { return uint32(p.icmpType), p.hasICMP }
 	}
 	o.check = func(r *Rule, n *Num) error {
-		if !r.HasProto || icmpTypeNames[r.Proto] == nil {
+		if !r.protoOnly(func(p uint8) bool { return icmpTypeNames[p] != nil }) {
 			return fmt.Errorf("%s needs protocol icmp or icmpv6 (write e.g. \"icmp %s %s\")", name, name, o.spec.text(r, n))
 		}
 		if r.Fragment {
@@ -634,6 +598,116 @@ type recPlace struct {
 	len, val int
 }
 
+// protoSpec is the numSpec of proto's lists.
+var protoSpec = numSpec{name: "proto", max: 255, writeMax: 255, want: "tcp, udp, icmp, icmpv6 or a protocol number 0-255", noun: "a protocol", rng: "1-5", cmp: ">=128", list: "tcp,udp",
+	named: func(_ *Rule, v uint32) string { return protoName(uint8(v)) },
+	byName: func(_ *Rule, s string) (uint32, string) {
+		if n, ok := parseProto(s); ok {
+			return uint32(n), ""
+		}
+		return 0, fmt.Sprintf("unknown protocol %q (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)", clipped(s))
+	}}
+
+// protoField is the entry of proto: one protocol (Rule.Proto with
+// HasProto, as most rules have it: "tcp", "proto 47"), or a list,
+// range, comparison or negation of them (Rule.Nums.Proto: "proto
+// tcp,udp", "proto !6").
+func protoField() matchField {
+	list := func(r *Rule) *Num {
+		if r.HasProto || r.Nums == nil || !r.Nums.Proto.IsSet() {
+			return nil
+		}
+		return &r.Nums.Proto
+	}
+	return matchField{
+		name:     "proto",
+		examples: []string{"drop tcp", "pass proto 47", "drop ether ipv6 icmpv6", "drop proto 44 src 2001:db8::/32 frag", "drop proto tcp,udp", "drop proto !tcp,udp,1", "drop proto 132,tcp dst 192.0.2.0/24", "pass proto >=143", "drop proto tcp,udp dport 53"},
+		aliases:  []string{"tcp", "udp", "icmp", "icmpv6"},
+		need:     "proto needs a value (want tcp, udp, icmp, icmpv6 or a protocol number 0-255, or a list like tcp,udp)",
+		parse: func(r *Rule, v string) string {
+			if n, ok := parseProto(v); ok {
+				r.Proto, r.HasProto = n, true
+				return ""
+			}
+			if !strings.ContainsAny(v, ",!<>-") {
+				return fmt.Sprintf("unknown protocol %q (want tcp, udp, icmp, icmpv6 or a protocol number 0-255, or a list like tcp,udp)", clipped(v))
+			}
+			n, msg := parseNum(&protoSpec, r, v)
+			if msg != "" {
+				return fmt.Sprintf("proto %s: %s", clipped(v), msg)
+			}
+			r.nums().Proto = n
+			return ""
+		},
+		twice: func(prev, v string) string {
+			return fmt.Sprintf("protocol given twice (%q, then %q; each field at most once per rule: write a list like proto tcp,udp to match either)", clipped(prev), clipped(v))
+		},
+		at:    unsafe.Offsetof(Rule{}.HasProto),
+		store: storeProto,
+		numAt: unsafe.Offsetof(Nums{}.Proto),
+		num:   &protoSpec,
+		// A list is never in the record: its proto member holds one.
+		numRec: recNum{lo: recProto, hi: recProto, width: 1, op: -1, named: -1},
+		text: func(r *Rule) string {
+			if n := list(r); n != nil {
+				return "proto " + protoSpec.text(r, n)
+			}
+			if name := protoName(r.Proto); name != "" {
+				return name
+			}
+			return "proto " + strconv.Itoa(int(r.Proto))
+		},
+		textPos:   1,
+		ip:        true,
+		checkZero: true, // a Proto without HasProto
+		check: func(r *Rule) error {
+			if !r.HasProto && r.Proto != 0 {
+				return fmt.Errorf("rule sets protocol %d but its protocol match is off", r.Proto)
+			}
+			if n := list(r); n != nil {
+				return protoSpec.check(r, n)
+			}
+			return nil
+		},
+		match: func(r *Rule, pkt *packet) bool {
+			if n := list(r); n != nil {
+				return pkt.isIP && n.Contains(uint32(pkt.proto))
+			}
+			return pkt.isIP && r.Proto == pkt.proto
+		},
+		direct: &directField{fld: fldProto, off: int(gen.FastdropFdDirectFD_DIR_PROTO), bits: 8,
+			spans: func(r *Rule, dst []span) []span {
+				if n := list(r); n != nil {
+					return n.spans(dst, 255)
+				}
+				return append(dst, span{int(r.Proto), int(r.Proto)})
+			}},
+		recFlag: recFlagProto,
+		rec:     []recMember{{"proto", recProto, 1}},
+		encode:  func(b []byte, r *Rule) { b[recProto] = r.Proto },
+		decode:  func(b []byte, r *Rule) { r.Proto, r.HasProto = b[recProto], true },
+	}
+}
+
+// protoOnly reports whether r matches only protocols that ok accepts: it
+// has a protocol, or a list of them, all of which ok accepts.
+func (r *Rule) protoOnly(ok func(p uint8) bool) bool {
+	if r.HasProto {
+		return ok(r.Proto)
+	}
+	if r.Nums == nil || !r.Nums.Proto.IsSet() {
+		return false
+	}
+	for _, s := range r.Nums.Proto.spans(nil, 255) {
+		for p := s.lo; p <= s.hi; p++ {
+			if !ok(uint8(p)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // portSpec is the numSpec of a port field.
 func portSpec(name string) numSpec {
 	return numSpec{name: name, max: 65535, writeMax: 65535, want: "a port 0-65535", noun: "a port", rng: "1024-65535", cmp: "<1024", list: "53,123"}
@@ -642,7 +716,7 @@ func portSpec(name string) numSpec {
 // needPorts is the check of a port field (sport, dport, port): TCP or
 // UDP, and no frag (non-first fragments carry no L4 header).
 func needPorts(r *Rule, name, val string) error {
-	if !r.HasProto || (r.Proto != ProtoTCP && r.Proto != ProtoUDP) {
+	if !r.protoOnly(func(p uint8) bool { return p == ProtoTCP || p == ProtoUDP }) {
 		return fmt.Errorf("%s needs protocol tcp or udp (write e.g. \"udp %s %s\")", name, name, val)
 	}
 	if r.Fragment {

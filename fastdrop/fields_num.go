@@ -367,6 +367,9 @@ type Nums struct {
 	Type  Num // ICMP or ICMPv6 type
 	Code  Num // ICMP or ICMPv6 code
 	Queue Num // the rx queue the frame arrived on
+	// Proto: protocols as a list, range, comparison or negation, when
+	// Rule.Proto (one protocol, with HasProto) cannot say them.
+	Proto Num
 }
 
 // Clone returns a copy of n (a new, empty Nums for nil), for a rule
@@ -494,6 +497,24 @@ const (
 	listItemSize = 12
 )
 
+// listed returns r's value of the numeric field f (or proto's list) if
+// its record cannot hold it, else nil.
+func (f *matchField) listed(r *Rule) *Num {
+	if f.num == nil || r.Nums == nil {
+		return nil
+	}
+	if f.store == storeProto {
+		if r.HasProto || !r.Nums.Proto.IsSet() {
+			return nil
+		}
+		return &r.Nums.Proto
+	}
+	if n := f.numOf(r); n.IsSet() && !f.numRec.inline(n) {
+		return n
+	}
+	return nil
+}
+
 // encodeLists returns r's numeric fields that its record cannot hold, in
 // fd_rule_lists' encoding, or nil if there are none.
 func encodeLists(r *Rule) []byte {
@@ -502,12 +523,8 @@ func encodeLists(r *Rule) []byte {
 	}
 	var b []byte
 	for i := range matchFields {
-		f := &matchFields[i]
-		if f.num == nil || !f.isSet(r) {
-			continue
-		}
-		n := f.numOf(r)
-		if f.numRec.inline(n) {
+		n := matchFields[i].listed(r)
+		if n == nil {
 			continue
 		}
 		if b == nil {
@@ -538,9 +555,8 @@ func encodeLists(r *Rule) []byte {
 func listsBytes(r *Rule) int {
 	n := 0
 	for i := range matchFields {
-		f := &matchFields[i]
-		if f.num != nil && f.isSet(r) && !f.numRec.inline(f.numOf(r)) {
-			n += listHeadSize + listItemSize*len(f.numOf(r).Items)
+		if l := matchFields[i].listed(r); l != nil {
+			n += listHeadSize + listItemSize*len(l.Items)
 		}
 	}
 	return n
@@ -561,7 +577,11 @@ func decodeLists(b []byte, r *Rule) error {
 			n.Items[k] = NumItem{Lo: binary.LittleEndian.Uint32(e), Hi: binary.LittleEndian.Uint32(e[4:]), Op: CmpOp(e[8]), Named: e[9] != 0}
 		}
 		b = b[cnt*listItemSize:]
-		*matchFields[i].numOf(r.withNums()) = n
+		f := &matchFields[i]
+		*f.numOf(r.withNums()) = n
+		if f.store == storeProto { // the record's proto member said one
+			r.Proto, r.HasProto = 0, false
+		}
 	}
 	return nil
 }
@@ -603,6 +623,7 @@ func numEntry(o numOpts) matchField {
 		rec:      o.rec.members(spec.name),
 		num:      &spec,
 		numRec:   o.rec,
+		numAt:    o.at,
 	}
 	at := o.at
 	numOf := func(r *Rule) *Num { return numAt(r.Nums, at) }
