@@ -572,7 +572,7 @@ func kindAllows(r *Rule, fam int, nonfirst, ports bool) bool {
 		if !f.isSet(r) {
 			continue
 		}
-		if f.ip && fam == 0 || f.frames == framesPorts && !ports || f.frames == framesNonfirst && !nonfirst || f.frames == framesFirst && nonfirst {
+		if f.ip && fam == 0 || f.v6 && fam != 6 || f.frames == framesPorts && !ports || f.frames == framesNonfirst && !nonfirst || f.frames == framesFirst && nonfirst {
 			return false
 		}
 		if f.store == storePrefix {

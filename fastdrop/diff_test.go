@@ -92,6 +92,9 @@ func (g *diffGen) frame() []byte {
 		s.TTL = g.ttl()
 	}
 	if g.rng.IntN(2) == 0 {
+		s.FlowLabel = g.flowLabel()
+	}
+	if g.rng.IntN(2) == 0 {
 		s.TOS = g.dscp()<<2 | uint8(g.rng.IntN(4))
 	}
 	if g.rng.IntN(3) == 0 && s.Src.IsValid() {
@@ -181,6 +184,16 @@ func (g *diffGen) portNum() Num {
 }
 
 var diffPortSpec = portSpec("port")
+
+// diffFlowLabels are the flow labels rules and frames are drawn from.
+var diffFlowLabels = []uint32{0, 1, 7, 0x100, 0x12345, 0x80000, 0xffffe, 0xfffff}
+
+func (g *diffGen) flowLabel() uint32 {
+	if g.rng.IntN(4) == 0 {
+		return g.rng.Uint32() & 0xfffff
+	}
+	return diffFlowLabels[g.rng.IntN(len(diffFlowLabels))]
+}
 
 // diffTTLs are the TTLs and hop limits rules and frames are drawn from
 // (frames.Spec cannot make 0; mutated frames can).
@@ -340,6 +353,14 @@ func (g *diffGen) compound() Rule {
 		}
 		if g.rng.IntN(3) == 0 {
 			r.nums().Queue = g.num(matchFields[fieldIndex("queue")].num, func() uint32 { return uint32(g.rng.IntN(diffQueues + 2)) }, nil)
+		}
+		if g.rng.IntN(6) == 0 && r.family() != 4 {
+			r.nums().FlowLabel = g.num(matchFields[fieldIndex("flowlabel")].num, g.flowLabel, nil)
+			if g.rng.IntN(2) == 0 {
+				for i := range r.Nums.FlowLabel.Items {
+					r.Nums.FlowLabel.Items[i].Hex = true
+				}
+			}
 		}
 		if r.IsPrefixOnly() || r.Validate() != nil {
 			continue

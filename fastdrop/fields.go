@@ -61,8 +61,9 @@ type matchField struct {
 	// textPos is the field's place in Rule.String's canonical order,
 	// which is older than this table and so is not the table's order.
 	textPos int
-	// ip: only an IPv4 or IPv6 frame can match the field.
-	ip bool
+	// ip: only an IPv4 or IPv6 frame can match the field; v6: only an
+	// IPv6 frame.
+	ip, v6 bool
 	// frames: which IP frames can match the field, beyond ip (the
 	// compiler's kindAllows).
 	frames frameKind
@@ -157,7 +158,7 @@ const (
 // matchFields are the match fields, in the order messages list them and
 // Rule.Validate checks them. init sets it, since entries refer to the
 // table (which a variable's initializer may not); nothing changes it.
-var matchFields [16]matchField
+var matchFields [17]matchField
 
 func init() {
 	matchFields = [...]matchField{
@@ -333,6 +334,7 @@ func init() {
 		lenField(),
 		fragBitsField(),
 		portEitherField(),
+		flowLabelField(),
 	}
 }
 
@@ -596,6 +598,33 @@ func prefixField(name string, at uintptr, rf recPlace, get func(*Rule) *netip.Pr
 type recPlace struct {
 	flag     uint32
 	len, val int
+}
+
+// flowLabelField is the entry of flowlabel: the IPv6 flow label (FlowSpec
+// type 13, RFC 8956 3.7), 20 bits, a direct field.
+func flowLabelField() matchField {
+	return numEntry(numOpts{
+		spec: numSpec{name: "flowlabel", max: 1<<20 - 1, writeMax: 1<<20 - 1, hex: true,
+			want: "an IPv6 flow label 0-1048575 or 0x0-0xfffff", noun: "a flow label", rng: "0x100-0x1ff", cmp: "<0x100", list: "0x12345,7"},
+		at:       unsafe.Offsetof(Nums{}.FlowLabel),
+		examples: []string{"drop flowlabel 0x12345", "drop src 2001:db8::/32 flowlabel 0-15", "pass udp flowlabel !0", "drop flowlabel 0x100-0x1ff,0xfffff", "drop tcp dport 80 flowlabel >=0x80000", "drop ether ipv6 flowlabel <16,1048575"},
+		textPos:  16,
+		ip:       true,
+		v6:       true,
+		check: func(r *Rule, n *Num) error {
+			if r.family() == 4 {
+				return fmt.Errorf("flowlabel is IPv6's (RFC 8956): IPv4 has no flow label, so an IPv4 rule with one never matches; leave it out, or write the rule for IPv6 (an IPv6 src or dst, or ether ipv6)")
+			}
+			if r.protoOnly(func(p uint8) bool { return p == ProtoICMP }) {
+				return fmt.Errorf("flowlabel never matches with icmp (IPv4's ICMP): write icmpv6")
+			}
+			return nil
+		},
+		value:   func(p *packet) (uint32, bool) { return p.flowLabel, p.isIP && p.src.Is6() },
+		fld:     int(gen.FastdropFdFieldFD_FLD_FLOWLABEL), dir: int(gen.FastdropFdDirectFD_DIR_FLOWLABEL), bits: 20,
+		recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_FLOWLABEL),
+		rec:     recNum{never: true},
+	})
 }
 
 // protoSpec is the numSpec of proto's lists.

@@ -544,3 +544,50 @@ drop udp port !5353 src 2001:db8:1::/48                             # 11
 	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
 	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
 }
+
+// TestKernelFlowLabel: flowlabel matches the IPv6 flow label (20 bits
+// after the traffic class), values, ranges, lists, negations and
+// comparisons, written in decimal or hexadecimal, of IPv6 frames only
+// (an IPv4 frame never matches, not even a negation), tagged, with
+// extension headers, non-first fragments.
+func TestKernelFlowLabel(t *testing.T) {
+	rules := `
+drop flowlabel 0x12345                                      # 0
+drop udp flowlabel 0x100-0x1ff,7 dport 53                   # 1
+pass src 2001:db8::/32 flowlabel !0                         # 2
+drop flowlabel >=0xff000                                    # 3
+drop ether ipv6 frag flowlabel 9                            # 4
+`
+	fl := func(s frames.Spec, label uint32) []byte { s.FlowLabel = label; return s.Build().Bytes }
+	u6 := func(src string, dp uint16, label uint32) []byte {
+		return fl(spec6(src, "2001:db9::2", frames.ProtoUDP, 9, dp), label)
+	}
+	cases := []matchCase{
+		{"label 0x12345", u6("2001:db9::1", 80, 0x12345), kCompound(ActionDrop, 0)},
+		{"label 0x12344", u6("2001:db9::1", 80, 0x12344), kDefault(ActionPass)},
+		{"label 0x12345, two VLAN tags", tagged(func() frames.Spec {
+			s := spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 9, 80)
+			s.FlowLabel = 0x12345
+			return s
+		}(), frames.TPID8021AD, frames.TPID8021Q).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"label 0x12345 with traffic class 0xff", func() []byte {
+			s := spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 9, 80)
+			s.FlowLabel, s.TOS = 0x12345, 0xff
+			return s.Build().Bytes
+		}(), kCompound(ActionDrop, 0)},
+		{"udp 53 label 0x180", u6("2001:db9::1", 53, 0x180), kCompound(ActionDrop, 1)},
+		{"udp 53 label 7", u6("2001:db9::1", 53, 7), kCompound(ActionDrop, 1)},
+		{"udp 53 label 0x200", u6("2001:db9::1", 53, 0x200), kDefault(ActionPass)},
+		{"udp 53 label 0x180 after extension headers", fl(spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 9, 53, exth(frames.ProtoHopByHop, 0), exth(frames.ProtoDestOpts, 8)), 0x180), kCompound(ActionDrop, 1)},
+		{"from 2001:db8::1 label 1", u6("2001:db8::1", 80, 1), kCompound(ActionPass, 2)},
+		{"from 2001:db8::1 label 0", u6("2001:db8::1", 80, 0), kDefault(ActionPass)},
+		{"label 0xfffff", u6("2001:db9::1", 80, 0xfffff), kCompound(ActionDrop, 3)},
+		{"label 0xfefff", u6("2001:db9::1", 80, 0xfefff), kDefault(ActionPass)},
+		{"non-first fragment label 9", fl(spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 9, 53, frag6h(100, false)), 9), kCompound(ActionDrop, 4)},
+		{"first fragment label 9 is not frag", fl(spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 9, 80, frag6h(0, true)), 9), kDefault(ActionPass)},
+		{"IPv4 never has a flow label", spec4("10.1.1.1", "10.2.2.2", frames.ProtoUDP, 9, 53).Build().Bytes, kDefault(ActionPass)},
+		{"IPv6 header cut short: malformed", u6("2001:db9::1", 80, 0x12345)[:14+30], kMalformed(ActionPass)},
+	}
+	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
+	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
+}

@@ -31,6 +31,7 @@ type NumItem struct {
 	Lo, Hi uint32
 	Op     CmpOp
 	Named  bool
+	Hex    bool // written in hexadecimal (flowlabel 0x12345)
 }
 
 // Num is a numeric field's value: a frame's value matches if it is in
@@ -125,6 +126,8 @@ type numSpec struct {
 	// the value of a name, or a message. Nil: the field has no names.
 	named  func(r *Rule, v uint32) string
 	byName func(r *Rule, s string) (uint32, string)
+	// hex: values may be written in hexadecimal, 0x12345.
+	hex bool
 }
 
 func (s *numSpec) wantText() string {
@@ -169,7 +172,7 @@ func parseNum(spec *numSpec, r *Rule, v string) (Num, string) {
 			return Num{}, "empty item in the list (write the items separated by single commas, as in " + spec.list + ")"
 		}
 		if strings.HasPrefix(p, "!") {
-			return Num{}, "! goes before the whole list and negates it (write !" + spec.list + " for none of them)"
+			return Num{}, "! goes before the whole list and negates it (write !" + strings.ReplaceAll(rest, "!", "") + " for none of them)"
 		}
 		it, msg := parseNumItem(spec, r, p)
 		if msg != "" {
@@ -199,8 +202,13 @@ func parseNum(spec *numSpec, r *Rule, v string) (Num, string) {
 
 // parseNumItem parses one item of a list.
 func parseNumItem(spec *numSpec, r *Rule, s string) (NumItem, string) {
+	hex := false
 	num := func(t string) (uint32, string) {
 		v, ok := parseUint(t, 7)
+		if h, isHex := strings.CutPrefix(t, "0x"); isHex && spec.hex && h != "" && len(h) <= 6 {
+			u, err := strconv.ParseUint(h, 16, 32)
+			v, ok, hex = int(u), err == nil, true
+		}
 		if !ok {
 			return 0, fmt.Sprintf("%q is not %s (%s)", clipped(t), spec.nounText(), spec.wantText())
 		}
@@ -226,16 +234,16 @@ func parseNumItem(spec *numSpec, r *Rule, s string) (NumItem, string) {
 			if v >= spec.max {
 				return NumItem{}, fmt.Sprintf(">%d never matches: no %s value is above %d", v, spec.name, spec.max)
 			}
-			return NumItem{Lo: v + 1, Hi: spec.max, Op: op}, ""
+			return NumItem{Lo: v + 1, Hi: spec.max, Op: op, Hex: hex}, ""
 		case CmpGE:
-			return NumItem{Lo: v, Hi: spec.max, Op: op}, ""
+			return NumItem{Lo: v, Hi: spec.max, Op: op, Hex: hex}, ""
 		case CmpLT:
 			if v == 0 {
 				return NumItem{}, "<0 never matches: no value is below 0"
 			}
-			return NumItem{Lo: 0, Hi: v - 1, Op: op}, ""
+			return NumItem{Lo: 0, Hi: v - 1, Op: op, Hex: hex}, ""
 		}
-		return NumItem{Lo: 0, Hi: v, Op: op}, ""
+		return NumItem{Lo: 0, Hi: v, Op: op, Hex: hex}, ""
 	}
 	if strings.HasPrefix(s, "=") {
 		return NumItem{}, fmt.Sprintf("%q: write the value alone for equality, as in %s %s", clipped(s), spec.name, strings.TrimLeft(s, "="))
@@ -264,7 +272,7 @@ func parseNumItem(spec *numSpec, r *Rule, s string) (NumItem, string) {
 			return NumItem{}, fmt.Sprintf("range %s is empty (write the lower value first: %d-%d)", s, hi, lo)
 		}
 	}
-	return NumItem{Lo: lo, Hi: hi, Op: CmpRange}, ""
+	return NumItem{Lo: lo, Hi: hi, Op: CmpRange, Hex: hex}, ""
 }
 
 // itemText writes one item as it was written.
@@ -274,7 +282,29 @@ func (spec *numSpec) itemText(r *Rule, it NumItem) string {
 			return name
 		}
 	}
+	if it.Hex {
+		return hexRangeText(it.Lo, it.Hi, it.Op)
+	}
 	return rangeText(int(it.Lo), int(it.Hi), it.Op)
+}
+
+// hexRangeText is rangeText in hexadecimal (0x12345, 0x100-0x1ff, <0x100).
+func hexRangeText(lo, hi uint32, op CmpOp) string {
+	x := func(v uint32) string { return "0x" + strconv.FormatUint(uint64(v), 16) }
+	switch op {
+	case CmpGT:
+		return ">" + x(lo-1)
+	case CmpGE:
+		return ">=" + x(lo)
+	case CmpLT:
+		return "<" + x(hi+1)
+	case CmpLE:
+		return "<=" + x(hi)
+	}
+	if lo == hi {
+		return x(lo)
+	}
+	return x(lo) + "-" + x(hi)
 }
 
 // text writes n as it was written: [!]ITEM[,ITEM...].
@@ -335,6 +365,8 @@ func (spec *numSpec) check(r *Rule, n *Num) error {
 			bad = fmt.Sprintf("is not what comparison %d leaves of 0-%d", it.Op, spec.max)
 		case it.Named && (it.Lo != it.Hi || spec.named == nil || spec.named(r, it.Lo) == ""):
 			bad = "has no name"
+		case it.Hex && !spec.hex:
+			bad = "is not written in hexadecimal"
 		}
 		if bad != "" {
 			return fmt.Errorf("%s %d-%d: %s", spec.name, it.Lo, it.Hi, bad)
@@ -370,6 +402,9 @@ type Nums struct {
 	// Proto: protocols as a list, range, comparison or negation, when
 	// Rule.Proto (one protocol, with HasProto) cannot say them.
 	Proto Num
+	// FlowLabel is the IPv6 flow label (FlowSpec type 13, RFC 8956 3.7;
+	// 20 bits): only IPv6 frames match it.
+	FlowLabel Num
 }
 
 // Clone returns a copy of n (a new, empty Nums for nil), for a rule
@@ -395,11 +430,16 @@ func (r *Rule) nums() *Nums {
 // fd_rule_rec: lo and hi (width bytes each), and the offsets of its
 // comparison and its named flag, or -1 if the record has none for it.
 // An item written as a comparison keeps the value written in lo.
-type recNum struct{ lo, hi, width, op, named int }
+type recNum struct {
+	lo, hi, width, op, named int
+	// never: the record has no members for the field (flowlabel): it is
+	// always in fd_rule_lists.
+	never bool
+}
 
 // inline reports whether the record's members hold n.
 func (rn recNum) inline(n *Num) bool {
-	if len(n.Items) != 1 || n.Not {
+	if rn.never || len(n.Items) != 1 || n.Not || n.Items[0].Hex {
 		return false
 	}
 	it := n.Items[0]
@@ -475,6 +515,9 @@ func (rn recNum) decode(b []byte, spec *numSpec) Num {
 
 // members names the record members of a field called name.
 func (rn recNum) members(name string) []recMember {
+	if rn.never {
+		return nil
+	}
 	m := []recMember{{name + "_lo", rn.lo, rn.width}, {name + "_hi", rn.hi, rn.width}}
 	if rn.op >= 0 {
 		m = append(m, recMember{name + "_op", rn.op, 1})
@@ -540,6 +583,9 @@ func encodeLists(r *Rule) []byte {
 			if it.Named {
 				named = 1
 			}
+			if it.Hex {
+				named |= 2
+			}
 			b = binary.LittleEndian.AppendUint32(b, it.Lo)
 			b = binary.LittleEndian.AppendUint32(b, it.Hi)
 			b = append(b, byte(it.Op), named, 0, 0)
@@ -574,7 +620,7 @@ func decodeLists(b []byte, r *Rule) error {
 		n := Num{Not: not, Items: make([]NumItem, cnt)}
 		for k := range n.Items {
 			e := b[k*listItemSize:]
-			n.Items[k] = NumItem{Lo: binary.LittleEndian.Uint32(e), Hi: binary.LittleEndian.Uint32(e[4:]), Op: CmpOp(e[8]), Named: e[9] != 0}
+			n.Items[k] = NumItem{Lo: binary.LittleEndian.Uint32(e), Hi: binary.LittleEndian.Uint32(e[4:]), Op: CmpOp(e[8]), Named: e[9]&1 != 0, Hex: e[9]&2 != 0}
 		}
 		b = b[cnt*listItemSize:]
 		f := &matchFields[i]
@@ -596,6 +642,7 @@ type numOpts struct {
 	examples []string
 	textPos  int
 	ip       bool
+	v6       bool // only IPv6 frames match it
 	frames   frameKind
 	// check is the field's own check (its protocol), after the common
 	// ones; nil for none.
@@ -618,6 +665,7 @@ func numEntry(o numOpts) matchField {
 		store:    storeNum,
 		textPos:  o.textPos,
 		ip:       o.ip,
+		v6:       o.v6,
 		frames:   o.frames,
 		recFlag:  o.recFlag,
 		rec:      o.rec.members(spec.name),
@@ -660,5 +708,9 @@ func numEntry(o numOpts) matchField {
 		}
 	}
 	f.decode = func(b []byte, r *Rule) { *numAt(r.nums(), at) = o.rec.decode(b, &spec) }
+	if o.rec.never {
+		f.encode = func([]byte, *Rule) {}
+		f.decode = func([]byte, *Rule) {} // fd_rule_lists has it
+	}
 	return f
 }

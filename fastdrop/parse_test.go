@@ -206,8 +206,8 @@ func TestParseErrors(t *testing.T) {
 		{"malformed redirect", `rules.txt:1: unknown malformed verdict "redirect" (want pass or drop)`},
 		{"malformed drop\nmalformed drop", `rules.txt:2: malformed given twice (also on line 1; at most one malformed line)`},
 		// Fields.
-		{"drop sprt 80", `rules.txt:1: unknown field "sprt" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, len, port, or tcp, udp, icmp, icmpv6)`},
-		{"drop 10.0.0.0/8", `rules.txt:1: unknown field "10.0.0.0/8" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, len, port, or tcp, udp, icmp, icmpv6)`},
+		{"drop sprt 80", `rules.txt:1: unknown field "sprt" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, len, port, flowlabel, or tcp, udp, icmp, icmpv6)`},
+		{"drop 10.0.0.0/8", `rules.txt:1: unknown field "10.0.0.0/8" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, len, port, flowlabel, or tcp, udp, icmp, icmpv6)`},
 		{"drop src 10.0.0.0/8 src 11.0.0.0/8", `rules.txt:1: src given twice (each field at most once per rule; write two rules to match either)`},
 		{"drop udp dport 1 dport 2", `rules.txt:1: dport given twice (each field at most once per rule; write two rules to match either)`},
 		{"drop tcp sport 1 sport 2", `rules.txt:1: sport given twice (each field at most once per rule; write two rules to match either)`},
@@ -240,7 +240,7 @@ func TestParseErrors(t *testing.T) {
 		{"drop len 2000-1000", `rules.txt:1: len 2000-1000: range 2000-1000 is empty (write the lower value first: 1000-2000)`},
 		{"drop len ==100", `rules.txt:1: len ==100: "==100": write the value alone for equality, as in len 100`},
 		{"drop len >x", `rules.txt:1: len >x: "x" is not a length (want a packet length 0-65535, a range like 0-1023, a comparison like >1024, a list like 64,1500 or a negated list like !64,1500)`},
-		{"drop ether arp len 60", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len or port: those need an IPv4 or IPv6 frame`},
+		{"drop ether arp len 60", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len, port or flowlabel: those need an IPv4 or IPv6 frame`},
 		{"drop frag df src 2001:db8::/32", `rules.txt:1: frag df: IPv6 has no DF bit (RFC 8956's fragment bits are any, first and last): leave df out of a rule for IPv6`},
 		{"drop ether ipv6 frag !df", `rules.txt:1: frag !df: IPv6 has no DF bit (RFC 8956's fragment bits are any, first and last): leave df out of a rule for IPv6`},
 		{"drop frag first,last", `rules.txt:1: frag first,last never matches: no fragment is both the first and the last (write two rules)`},
@@ -265,7 +265,7 @@ func TestParseErrors(t *testing.T) {
 		{"drop dscp", `rules.txt:1: dscp needs a value (want a codepoint 0-63 or a name: ef, af11 to af43, cs0 to cs7, a range like 8-15, a comparison like >=32, a list like ef,af41 or a negated list like !ef,af41)`},
 		{"drop dscp ef2", `rules.txt:1: dscp ef2: unknown codepoint name "ef2" (want a codepoint 0-63, a range like 8-15, or a name: ef, af11 to af43, cs0 to cs7)`},
 		{"drop dscp 20-10", `rules.txt:1: dscp 20-10: range 20-10 is empty (write the lower value first: 10-20)`},
-		{"drop ether arp ttl 1", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len or port: those need an IPv4 or IPv6 frame`},
+		{"drop ether arp ttl 1", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len, port or flowlabel: those need an IPv4 or IPv6 frame`},
 		{"drop tcp udp", `rules.txt:1: protocol given twice ("tcp", then "udp"; each field at most once per rule: write a list like proto tcp,udp to match either)`},
 		{"drop proto 6 tcp", `rules.txt:1: protocol given twice ("6", then "tcp"; each field at most once per rule: write a list like proto tcp,udp to match either)`},
 		// Prefixes.
@@ -311,6 +311,13 @@ func TestParseErrors(t *testing.T) {
 		{"drop udp sport 1-2-3", `rules.txt:1: sport 1-2-3: "2-3" is not a port (want a port 0-65535, a range like 1024-65535, a comparison like <1024, a list like 53,123 or a negated list like !53,123)`},
 		{"drop udp dport 2000-1000", `rules.txt:1: dport 2000-1000: range 2000-1000 is empty (write the lower value first: 1000-2000)`},
 		// Value lists, negated lists and comparisons on every numeric field (issue 20).
+		{"drop flowlabel 5 src 10.0.0.0/8", `rules.txt:1: flowlabel is IPv6's (RFC 8956): IPv4 has no flow label, so an IPv4 rule with one never matches; leave it out, or write the rule for IPv6 (an IPv6 src or dst, or ether ipv6)`},
+		{"drop ether ipv4 flowlabel 1", `rules.txt:1: flowlabel is IPv6's (RFC 8956): IPv4 has no flow label, so an IPv4 rule with one never matches; leave it out, or write the rule for IPv6 (an IPv6 src or dst, or ether ipv6)`},
+		{"drop icmp flowlabel 1", `rules.txt:1: flowlabel never matches with icmp (IPv4's ICMP): write icmpv6`},
+		{"drop flowlabel 0x100000", `rules.txt:1: flowlabel 0x100000: 1048576 is not a flow label 0-1048575 (want an IPv6 flow label 0-1048575 or 0x0-0xfffff, a range like 0x100-0x1ff, a comparison like <0x100, a list like 0x12345,7 or a negated list like !0x12345,7)`},
+		{"drop flowlabel 1048576", `rules.txt:1: flowlabel 1048576: 1048576 is not a flow label 0-1048575 (want an IPv6 flow label 0-1048575 or 0x0-0xfffff, a range like 0x100-0x1ff, a comparison like <0x100, a list like 0x12345,7 or a negated list like !0x12345,7)`},
+		{"drop flowlabel 0x", `rules.txt:1: flowlabel 0x: "0x" is not a flow label (want an IPv6 flow label 0-1048575 or 0x0-0xfffff, a range like 0x100-0x1ff, a comparison like <0x100, a list like 0x12345,7 or a negated list like !0x12345,7)`},
+		{"drop flowlabel 0xfffff,!1", `rules.txt:1: flowlabel 0xfffff,!1: ! goes before the whole list and negates it (write !0xfffff,1 for none of them)`},
 		{"drop udp dport 53,,123", `rules.txt:1: dport 53,,123: empty item in the list (write the items separated by single commas, as in 53,123)`},
 		{"drop udp dport 53,", `rules.txt:1: dport 53,: empty item in the list (write the items separated by single commas, as in 53,123)`},
 		{"drop udp dport ,53", `rules.txt:1: dport ,53: empty item in the list (write the items separated by single commas, as in 53,123)`},
@@ -344,9 +351,9 @@ func TestParseErrors(t *testing.T) {
 		{"drop ether vlan", `rules.txt:1: ether vlan: never matches: VLAN tags are skipped and ether matches the EtherType after them`},
 		{"drop ether 0x8100", `rules.txt:1: ether 0x8100 never matches: VLAN tags are skipped and ether matches the EtherType after them`},
 		{"drop ether 0x88a8", `rules.txt:1: ether 0x88a8 never matches: VLAN tags are skipped and ether matches the EtherType after them`},
-		{"drop ether arp src 10.0.0.0/8", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len or port: those need an IPv4 or IPv6 frame`},
-		{"drop ether lldp frag", `rules.txt:1: ether lldp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len or port: those need an IPv4 or IPv6 frame`},
-		{"drop ether 0x88e5 udp", `rules.txt:1: ether 0x88e5 never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len or port: those need an IPv4 or IPv6 frame`},
+		{"drop ether arp src 10.0.0.0/8", `rules.txt:1: ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len, port or flowlabel: those need an IPv4 or IPv6 frame`},
+		{"drop ether lldp frag", `rules.txt:1: ether lldp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len, port or flowlabel: those need an IPv4 or IPv6 frame`},
+		{"drop ether 0x88e5 udp", `rules.txt:1: ether 0x88e5 never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len, port or flowlabel: those need an IPv4 or IPv6 frame`},
 		{"drop ether ipv4 src 2001:db8::/32", `rules.txt:1: ether ipv4 never matches an IPv6 prefix`},
 		{"drop ether ipv6 dst 10.0.0.0/8", `rules.txt:1: ether ipv6 never matches an IPv4 prefix`},
 		// Whole-file checks.
@@ -400,7 +407,7 @@ func TestParseDuplicateOrder(t *testing.T) {
 	}
 	// Errors in single lines come before repeated prefixes.
 	_, err = Parse(strings.NewReader("drop src 10.0.0.0/8\ndrop src 10.0.0.0/8\ndrop bogus\n"), "r")
-	if want := `r:3: unknown field "bogus" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, len, port, or tcp, udp, icmp, icmpv6)`; err == nil || err.Error() != want {
+	if want := `r:3: unknown field "bogus" (want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, len, port, flowlabel, or tcp, udp, icmp, icmpv6)`; err == nil || err.Error() != want {
 		t.Errorf("got %v, want %s", err, want)
 	}
 	// Same address, different length, and IPv4 vs IPv6 are different prefixes.

@@ -46,7 +46,7 @@ func TestRuleValidateInCode(t *testing.T) {
 		{"frag with sport", Rule{Action: ActionDrop, HasProto: true, Proto: 6, Nums: &Nums{Sport: NumRange(1, 2)}, Fragment: true}, "frag never matches together with sport: non-first fragments carry no L4 header"},
 		{"ether ipv6 with v4 dst", Rule{Action: ActionDrop, EtherType: EtherTypeIPv6, Dst: netip.MustParsePrefix("10.0.0.0/8")}, "ether ipv6 never matches an IPv4 prefix"},
 		{"ether qinq", Rule{Action: ActionDrop, EtherType: EtherTypeQinQ}, "ether 0x88a8 never matches: VLAN tags are skipped and ether matches the EtherType after them"},
-		{"ether arp frag", Rule{Action: ActionDrop, EtherType: EtherTypeARP, Fragment: true}, "ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len or port: those need an IPv4 or IPv6 frame"},
+		{"ether arp frag", Rule{Action: ActionDrop, EtherType: EtherTypeARP, Fragment: true}, "ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len, port or flowlabel: those need an IPv4 or IPv6 frame"},
 		{"redirect", Rule{Action: ActionRedirect, HasProto: true, Proto: 17, Nums: &Nums{Dport: NumRange(53, 53)}}, ""},
 		{"proto 51 v4", Rule{Action: ActionDrop, HasProto: true, Proto: 51, Src: netip.MustParsePrefix("10.0.0.0/8")}, ""},
 		{"proto 51 v6", Rule{Action: ActionDrop, HasProto: true, Proto: 51, Src: netip.MustParsePrefix("2001:db8::/32")}, `proto 51 matches IPv6 frames only in non-first fragments (extension headers are skipped and proto is the protocol after them; in a non-first fragment it is the fragment header's next header): add frag, as in "drop proto 51 src 2001:db8::/32 frag"`},
