@@ -620,8 +620,8 @@ func flowLabelField() matchField {
 			}
 			return nil
 		},
-		value:   func(p *packet) (uint32, bool) { return p.flowLabel, p.isIP && p.src.Is6() },
-		fld:     int(gen.FastdropFdFieldFD_FLD_FLOWLABEL), dir: int(gen.FastdropFdDirectFD_DIR_FLOWLABEL), bits: 20,
+		value: func(p *packet) (uint32, bool) { return p.flowLabel, p.isIP && p.src.Is6() },
+		fld:   int(gen.FastdropFdFieldFD_FLD_FLOWLABEL), dir: int(gen.FastdropFdDirectFD_DIR_FLOWLABEL), bits: 20,
 		recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_FLOWLABEL),
 		rec:     recNum{never: true},
 	})
