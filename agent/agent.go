@@ -633,7 +633,7 @@ func (a *Agent) flowSpecRules(fileCompound int) ([]RouteStatus, []fastdrop.Rule,
 		ck := c.st.Family + " " + h.key + " " + h.actions
 		ct, ok := a.trCache[ck]
 		if !ok {
-			ct.tr, ct.err = Translate(h.route, TranslateOptions{MaxRules: a.cfg.BGP.MaxRulesPerRoute})
+			ct.tr, ct.err = Translate(h.route, TranslateOptions{MaxRules: a.cfg.BGP.MaxRulesPerRoute, SampleOneIn: a.cfg.BGP.SampleOneIn})
 		}
 		cache[ck] = ct
 		tr, err := ct.tr, ct.err
