@@ -12,7 +12,9 @@ import (
 // on every rule of the route (N from the config, default 1000), with any
 // verdict; the verdicts themselves do not change.
 func TestTranslateSample(t *testing.T) {
-	sample := func(terminal bool) bgp.ExtendedCommunityInterface { return bgp.NewTrafficActionExtended(terminal, true) }
+	sample := func(terminal bool) bgp.ExtendedCommunityInterface {
+		return bgp.NewTrafficActionExtended(terminal, true)
+	}
 	for _, tc := range []struct {
 		name string
 		r    Route
