@@ -782,18 +782,27 @@ func (e *Engine) planOrigin(origin string, rules []Rule, policy, malformed Actio
 		k := originKeyOf(&e.rules[i])
 		byKey[k] = append(byKey[k], i)
 	}
-	keptAs := make(map[int]int, len(mine)) // index in force -> index in rules
-	var newRules []int                     // indices into rules
+	// inForce: rules index -> e.rules index of the rule kept for it, or
+	// -1; inForceOf the other way round (by e.rules index, for mine).
+	inForce := make([]int, len(rules))
+	inForceOf := make(map[int]int, len(mine))
+	for _, i := range mine {
+		inForceOf[i] = -1
+	}
+	var newRules []int // indices into rules
+	kept := 0
 	for j := range rules {
 		k := originKeyOf(&rules[j])
 		if q := byKey[k]; len(q) > 0 {
-			keptAs[q[0]] = j
+			inForce[j], inForceOf[q[0]] = q[0], j
 			byKey[k] = q[1:]
+			kept++
 		} else {
+			inForce[j] = -1
 			newRules = append(newRules, j)
 		}
 	}
-	gone := len(mine) - len(keptAs)
+	gone := len(mine) - kept
 	if changes := gone + len(newRules); changes > 64 && changes > (len(e.rules)+len(rules))/2 {
 		return nil
 	}
@@ -801,13 +810,6 @@ func (e *Engine) planOrigin(origin string, rules []Rule, policy, malformed Actio
 	// before another kept one it came after, or after a new one). Else
 	// the kept ones stay where they are and the new ones come last, as
 	// with Add.
-	inForce := make([]int, len(rules)) // rules index -> e.rules index (kept), else -1
-	for j := range inForce {
-		inForce[j] = -1
-	}
-	for i, j := range keptAs {
-		inForce[j] = i
-	}
 	moved, seenNew, last := false, false, -1
 	var seq []int // rules' compound rules, by index into rules
 	for j := range rules {
@@ -835,12 +837,19 @@ func (e *Engine) planOrigin(origin string, rules []Rule, policy, malformed Actio
 		// shorter), as Add does: no copy of the other origins' rules.
 		p.rules, p.slots = e.rules, e.slots
 	}
-	// Kept rules keep the rule in force (its record's Line, too).
+	// Kept rules keep the rule in force (its record's Line, too). The
+	// other origins' rules are copied a run at a time, if at all.
 	where := make([]int, len(rules)) // rules index -> p.rules index
 	var places []int                 // p.rules indices of the origin's compound rules
-	for i := range e.rules {
-		j, kept := keptAs[i]
-		if !kept && e.rules[i].Origin == origin {
+	from := 0                        // e.rules[from:] not copied yet
+	for _, i := range mine {
+		if copied {
+			p.rules = append(p.rules, e.rules[from:i]...)
+			p.slots = append(p.slots, e.slots[from:i]...)
+			from = i + 1
+		}
+		j := inForceOf[i]
+		if j < 0 {
 			p.removed = append(p.removed, i)
 			continue
 		}
@@ -850,12 +859,14 @@ func (e *Engine) planOrigin(origin string, rules []Rule, policy, malformed Actio
 			p.rules = append(p.rules, e.rules[i])
 			p.slots = append(p.slots, e.slots[i])
 		}
-		if kept {
-			where[j] = at
-			if !e.rules[i].IsPrefixOnly() {
-				places = append(places, at)
-			}
+		where[j] = at
+		if !e.rules[i].IsPrefixOnly() {
+			places = append(places, at)
 		}
+	}
+	if copied {
+		p.rules = append(p.rules, e.rules[from:]...)
+		p.slots = append(p.slots, e.slots[from:]...)
 	}
 	isNew := make(map[int]bool, len(newRules))
 	for _, j := range newRules {
