@@ -194,6 +194,32 @@ func (k *kernelPlane) apply(ic InterfaceConfig, origin string, rs *fastdrop.Rule
 	return applied{Mode: att.Mode().String(), Attached: true, Policy: policyText(whole)}, nil
 }
 
+// originRules returns the rules of origin in force on ic's interface
+// (none if nothing is attached there), keeping the engine open for the
+// swaps to come.
+func (k *kernelPlane) originRules(ic InterfaceConfig, origin string) ([]fastdrop.Rule, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	lk, err := loader.LockInterface(k.pinRoot, ic.Name, k.cfg.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Unlock()
+	att, err := dropctl.OpenAttachment(ic.Name, k.pinRoot)
+	if errors.Is(err, loader.ErrNotPinned) || errors.Is(err, loader.ErrStale) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer att.Close()
+	oe, err := k.engine(att)
+	if err != nil {
+		return nil, err
+	}
+	return oe.eng.OriginRules(origin)
+}
+
 // enginePolicy is the policy/malformed of the rule set in force.
 func enginePolicy(eng *fastdrop.Engine) string {
 	p, m, err := eng.Policy()
