@@ -26,10 +26,10 @@ type RunOptions struct {
 	Batch    uint32        // frames per kernel batch (0 = 64)
 
 	// InFlight is how many live-frames calls Run keeps in the kernel at
-	// once, each from a thread of its own (default DefaultInFlight, at
-	// most MaxInFlight). The threads run in the caller's network
-	// namespace, all on one CPU: the calling thread's, if it may run on
-	// one only, else the one it runs on when Run starts.
+	// once, each from a thread of its own (at most MaxInFlight; default
+	// 1 with a holding run, else 2). The threads run in the caller's
+	// network namespace, all on one CPU: the calling thread's, if it may
+	// run on one only, else the one it runs on when Run starts.
 	//
 	// Why: every test run with more than one repeat adds its program to
 	// the kernel's XDP dispatcher when it starts and removes it when it
@@ -37,13 +37,18 @@ type RunOptions struct {
 	// call, 10-30 ms on a loaded VM). While another call of the same
 	// program is still running, the program stays in the dispatcher and
 	// neither wait happens: with two calls in flight, started half a
-	// call apart, the generator never sleeps.
+	// call apart, the generator never sleeps. The holding run (Hold)
+	// does the same without a second sending thread.
 	InFlight int
+	// Hold says whether a holding run keeps the program in the
+	// dispatcher (default HoldAuto: when Rate is 0). See Hold.
+	Hold Hold
 	// CallTime is how long each call should run (default
 	// DefaultCallTime): Run sizes the repeats of each call from the rate
-	// the previous ones reached. Longer calls amortize the grace periods
-	// better when a call runs alone (InFlight 1) but delay the stop on
-	// Ctrl-C or a deadline by up to one call.
+	// the previous ones reached. Without a holding run, longer calls
+	// amortize the grace periods better when a call runs alone
+	// (InFlight 1); any call delays the stop on Ctrl-C by up to its
+	// length (the last one before a deadline is cut to end near it).
 	CallTime time.Duration
 	// Chunk, if set, sends exactly this many frames per call instead of
 	// sizing calls by CallTime (the fixed chunking older versions used,
@@ -58,7 +63,7 @@ type RunOptions struct {
 
 // Defaults of RunOptions.
 const (
-	DefaultInFlight = 2
+	DefaultInFlight = 1 // with a holding run; 2 without
 	MaxInFlight     = 16
 	DefaultCallTime = 50 * time.Millisecond
 	// MinCallTime and MaxCallTime bound CallTime: shorter calls cost more
@@ -89,6 +94,9 @@ type Stats struct {
 	InFlight int
 	// CPUs is how many CPUs the sending threads could run on.
 	CPUs int
+	// Held reports whether a holding run kept the program in the
+	// dispatcher (see Hold).
+	Held bool
 }
 
 // PPS is the average rate of the run in frames per second.
@@ -141,10 +149,10 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 	if opts.Count == 0 && opts.Duration == 0 && ctx.Done() == nil {
 		return Stats{}, ErrUnbounded
 	}
-	if opts.InFlight == 0 {
-		opts.InFlight = DefaultInFlight
+	if opts.Hold > HoldOff {
+		return Stats{}, fmt.Errorf("pktgen: hold mode %d: want auto, on or off", uint8(opts.Hold))
 	}
-	if opts.InFlight < 1 || opts.InFlight > MaxInFlight {
+	if opts.InFlight < 0 || opts.InFlight > MaxInFlight {
 		return Stats{}, fmt.Errorf("pktgen: %d calls in flight: want 1 to %d", opts.InFlight, MaxInFlight)
 	}
 	if opts.CallTime == 0 {
@@ -164,6 +172,18 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 		return Stats{}, err
 	}
 	defer th.close()
+	var hold *holder
+	if opts.Hold == HoldOn || opts.Hold == HoldAuto && opts.Rate == 0 {
+		// Without it (a kernel or sandbox that refuses idle priority)
+		// the calls overlap instead.
+		hold, _ = g.startHold(th, ifindex, frame)
+	}
+	if opts.InFlight == 0 {
+		opts.InFlight = DefaultInFlight
+		if hold == nil {
+			opts.InFlight = 2
+		}
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -226,7 +246,13 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 		}
 	}
 	<-done
-	return stats(), firstErr
+	st := stats()
+	if hold != nil {
+		// The run's own error only means it did not hold: the frames
+		// were sent all the same.
+		st.Held = hold.stop() == nil
+	}
+	return st, firstErr
 }
 
 // worker makes calls until the schedule says stop, and returns the times
