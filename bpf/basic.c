@@ -92,6 +92,11 @@ struct {
 	__uint(max_entries, 1);
 } gen_seq SEC(".maps");
 
+/* Frames sent (returned XDP_TX), for pktgen to count what a run that a
+ * signal stopped sent. A plain increment: pktgen's runs share one CPU and
+ * an XDP test run runs its program with preemption disabled. */
+__u64 gen_sent = 0;
+
 static __always_inline __u16 csum_fold(__u32 sum)
 {
 	sum = (sum & 0xffff) + (sum >> 16);
@@ -110,6 +115,7 @@ int xdp_gen(struct xdp_md *ctx)
 
 	if ((void *)(long)ctx->data_meta < data)
 		return XDP_DROP;
+	gen_sent++;
 	if (gen_flows <= 1)
 		return XDP_TX;
 	seq = bpf_map_lookup_elem(&gen_seq, &zero);

@@ -197,8 +197,8 @@ func TestStatsShares(t *testing.T) {
 // TestRunHold checks the holding run: it is there when asked for (and by
 // default when unpaced, not when paced), none of its frames reach the
 // peer (every frame that arrives is one of the exact count sent), many
-// short calls then cost no grace periods, and a cancel still stops Run
-// within a call.
+// short calls then cost no grace periods; and that a cancel or a deadline
+// interrupts the calls in progress, whose frames are still counted.
 func TestRunHold(t *testing.T) {
 	veth := testenv.NewVeth(t, testenv.VethOptions{})
 	var objs gen.BasicObjects
@@ -265,13 +265,23 @@ func TestRunHold(t *testing.T) {
 	unpaced, _ := run(context.Background(), pktgen.RunOptions{Count: 2000})
 	require.True(t, unpaced.Held, "HoldAuto without a rate")
 
-	// A cancel stops a held run within about one call (50ms).
+	// A cancel interrupts the call in progress (the default calls last
+	// 1s; the first, of 65536 frames, far less), and the frames it sent
+	// are counted exactly: every one arrives.
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
+	before = arrived()
 	st, d := run(ctx, pktgen.RunOptions{Hold: pktgen.HoldOn})
 	require.True(t, st.Held)
-	require.Positive(t, st.Sent)
-	require.Less(t, d, 2*time.Second, "Run must stop soon after its context is cancelled")
+	require.Greater(t, st.Sent, uint64(65536), "the first call ended and the second began")
+	require.Less(t, d, 900*time.Millisecond, "a cancel must interrupt the 1s call in progress")
+	require.InDelta(t, float64(st.Sent), float64(arrived()-before), 16, "the frames of the interrupted call are counted")
+	// So does a deadline, not held, in a fixed chunk that would take
+	// seconds (fixed chunks are not cut to end at the deadline).
+	before = arrived()
+	st, d = run(context.Background(), pktgen.RunOptions{Duration: 400 * time.Millisecond, Hold: pktgen.HoldOff, InFlight: 1, Chunk: 50_000_000})
+	require.Less(t, d, 900*time.Millisecond, "the deadline must interrupt the call of 50M frames")
+	require.InDelta(t, float64(st.Sent), float64(arrived()-before), 16)
 
 	_, err = g.Run(context.Background(), veth.PeerIndex, f.Bytes, pktgen.RunOptions{Count: 1, Hold: pktgen.HoldOff + 1})
 	require.ErrorContains(t, err, "hold mode 3: want auto, on or off")

@@ -44,11 +44,17 @@ type RunOptions struct {
 	// dispatcher (default HoldAuto: when Rate is 0). See Hold.
 	Hold Hold
 	// CallTime is how long each call should run (default
-	// DefaultCallTime): Run sizes the repeats of each call from the rate
-	// the previous ones reached. Without a holding run, longer calls
-	// amortize the grace periods better when a call runs alone
-	// (InFlight 1); any call delays the stop on Ctrl-C by up to its
-	// length (the last one before a deadline is cut to end near it).
+	// DefaultCallTime, or DefaultPacedCallTime with a Rate): Run sizes
+	// the repeats of each call from the rate the previous ones reached.
+	// Each call takes the kernel's dispatcher lock twice, for which it
+	// may wait while another process's test run waits for a grace
+	// period, and without a holding run a call alone waits for two
+	// grace periods itself: longer calls amortize both. A stop (the
+	// context, the deadline) does not wait for a call to end: Run
+	// interrupts the calls in progress with a signal, and counts their
+	// frames from the program's own counter. Paced, each call sends
+	// CallTime's worth of frames at once and then waits until they are
+	// due.
 	CallTime time.Duration
 	// Chunk, if set, sends exactly this many frames per call instead of
 	// sizing calls by CallTime (the fixed chunking older versions used,
@@ -63,9 +69,10 @@ type RunOptions struct {
 
 // Defaults of RunOptions.
 const (
-	DefaultInFlight = 1 // with a holding run; 2 without
-	MaxInFlight     = 16
-	DefaultCallTime = 50 * time.Millisecond
+	DefaultInFlight      = 1 // with a holding run; 2 without
+	MaxInFlight          = 16
+	DefaultCallTime      = time.Second
+	DefaultPacedCallTime = 50 * time.Millisecond
 	// MinCallTime and MaxCallTime bound CallTime: shorter calls cost more
 	// in system calls and dispatcher changes than they send, longer ones
 	// hold a stop back for too long.
@@ -157,6 +164,9 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 	}
 	if opts.CallTime == 0 {
 		opts.CallTime = DefaultCallTime
+		if opts.Rate > 0 {
+			opts.CallTime = DefaultPacedCallTime
+		}
 	}
 	if opts.CallTime < MinCallTime || opts.CallTime > MaxCallTime {
 		return Stats{}, fmt.Errorf("pktgen: call time %v: want %v to %v", opts.CallTime, MinCallTime, MaxCallTime)
@@ -166,6 +176,9 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 	}
 	if opts.Chunk > maxChunk {
 		return Stats{}, fmt.Errorf("pktgen: chunk of %d frames: at most %d", opts.Chunk, maxChunk)
+	}
+	if len(frame) < 14 {
+		return Stats{}, errors.New("pktgen: frame shorter than an Ethernet header")
 	}
 	th, err := callerThread()
 	if err != nil {
@@ -198,11 +211,11 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 		wg       sync.WaitGroup
 		errOnce  sync.Once
 		firstErr error
-		sent     atomic.Uint64
 		calls    atomic.Uint64
 		cpu      atomic.Int64
 		waited   atomic.Int64
 	)
+	sent0 := g.sentCount()
 	for i := range opts.InFlight {
 		wg.Add(1)
 		go func() {
@@ -213,7 +226,7 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 			err := th.join()
 			if err == nil {
 				var used threadTimes
-				used, err = g.worker(s, i, ifindex, frame, &sent, &calls)
+				used, err = g.worker(s, i, ifindex, frame, &calls)
 				cpu.Add(int64(used.run))
 				waited.Add(int64(used.wait))
 			}
@@ -225,9 +238,10 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
+	go s.interrupt(done)
 	stats := func() Stats {
 		return Stats{
-			Sent: sent.Load(), Elapsed: time.Since(s.start), Calls: calls.Load(),
+			Sent: g.sentCount() - sent0, Elapsed: time.Since(s.start), Calls: calls.Load(),
 			CPU: time.Duration(cpu.Load()), Runnable: time.Duration(waited.Load()),
 			InFlight: opts.InFlight, CPUs: th.cpus,
 		}
@@ -257,12 +271,14 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 
 // worker makes calls until the schedule says stop, and returns the times
 // of its thread.
-func (g *Generator) worker(s *schedule, i, ifindex int, frame []byte, sent, calls *atomic.Uint64) (threadTimes, error) {
+func (g *Generator) worker(s *schedule, i, ifindex int, frame []byte, calls *atomic.Uint64) (threadTimes, error) {
 	t0 := readThreadTimes()
+	s.register(i)
 	// Stagger the first calls so that they end at different times: a call
 	// that ends while another still runs costs no grace period.
 	chunk := uint64(firstChunk * (s.opts.InFlight - i) / s.opts.InFlight)
 	var rate float64 // this thread's frames per second, once measured
+	fd := g.objs.XdpGen.FD()
 	for {
 		if s.opts.Chunk > 0 {
 			chunk = s.opts.Chunk
@@ -282,15 +298,28 @@ func (g *Generator) worker(s *schedule, i, ifindex int, frame []byte, sent, call
 			}
 		}
 		t := time.Now()
-		if _, err := g.Send(ifindex, frame, uint32(n), s.opts.Batch); err != nil {
-			s.unclaim(n)
-			return readThreadTimes().sub(t0), err
-		}
+		c0 := g.sentCount()
+		s.calling(i, true)
+		errno := testRunLive(fd, frame, 0, ifindex, uint32(n), s.opts.Batch)
+		s.calling(i, false)
 		d := time.Since(t)
 		s.ended(i)
-		sent.Add(n)
+		switch errno {
+		case 0:
+		case unix.EINTR:
+			// Stopped (or a stray signal): the counter says what the
+			// call sent (exactly with one thread; with several, their
+			// frames in the meantime count too).
+			if done := min(g.sentCount()-c0, n); done < n {
+				s.unclaim(n - done)
+				n = done
+			}
+		default:
+			s.unclaim(n)
+			return readThreadTimes().sub(t0), fmt.Errorf("pktgen: live-frames run on ifindex %d: %w", ifindex, errno)
+		}
 		calls.Add(1)
-		if d > 0 {
+		if d > 0 && n > 0 {
 			r := float64(n) / d.Seconds()
 			if rate == 0 {
 				rate = r
@@ -299,6 +328,13 @@ func (g *Generator) worker(s *schedule, i, ifindex int, frame []byte, sent, call
 			}
 		}
 	}
+}
+
+// sentCount reads the program's count of frames sent.
+func (g *Generator) sentCount() uint64 {
+	var n uint64
+	_ = g.objs.GenSent.Get(&n)
+	return n
 }
 
 // schedule hands out the frames of a Run to its threads.
@@ -313,6 +349,56 @@ type schedule struct {
 	// ends are when each thread's call in progress should end (zero:
 	// none in progress), to keep the ends apart.
 	ends []time.Time
+	// tids are the sending threads, inCall whether each is in a call
+	// now, for interrupt.
+	tids   []int
+	inCall []bool
+}
+
+// register records the calling (locked) thread as thread i's.
+func (s *schedule) register(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tids == nil {
+		s.tids = make([]int, s.opts.InFlight)
+		s.inCall = make([]bool, s.opts.InFlight)
+	}
+	s.tids[i] = unix.Gettid()
+}
+
+func (s *schedule) calling(i int, in bool) {
+	s.mu.Lock()
+	s.inCall[i] = in
+	s.mu.Unlock()
+}
+
+// interrupt waits for the run to be stopped (its context) and then
+// interrupts the calls in progress until done closes: the kernel checks
+// for a pending signal between batches and ends the call with EINTR.
+// SIGURG is the signal the Go runtime preempts its own threads with,
+// harmless here; it is repeated because it may come just before a thread
+// enters its call.
+func (s *schedule) interrupt(done <-chan struct{}) {
+	select {
+	case <-done:
+		return
+	case <-s.ctx.Done():
+	}
+	pid := unix.Getpid()
+	for {
+		s.mu.Lock()
+		for i, tid := range s.tids {
+			if s.inCall[i] {
+				_ = unix.Tgkill(pid, tid, unix.SIGURG)
+			}
+		}
+		s.mu.Unlock()
+		select {
+		case <-done:
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 // claim returns how many frames thread i's next call sends (about want),

@@ -82,11 +82,14 @@ program is in progress, and both changes wait for an RCU grace period
 (10-30 ms on a loaded VM): a run of 65536 frames alone sleeps most of the
 time. So gen keeps one more run of the program in progress while it sends
 (--hold): a holding run at idle scheduling priority that sends nothing and
-runs only when nothing else wants the CPU. Then no sending run waits, and
-each is sized to take about 50ms (--call-time; --chunk fixes the size
-instead), so Ctrl-C stops gen within that. Without a holding run (--hold
-off, or paced with --rate), gen keeps two sending runs in flight, started
-apart (--in-flight). All of gen's threads share one CPU, the one gen starts
+runs only when nothing else wants the CPU. Then no sending run waits for a
+grace period, and each is sized to take about a second (--call-time;
+--chunk fixes the size instead): each run also takes the dispatcher's lock,
+for which it may wait while another process's test run waits for a grace
+period. Ctrl-C and --duration interrupt the runs in progress, and the
+program counts what they sent. Without a holding run (--hold off, or paced
+with --rate), gen keeps two sending runs in flight, started apart
+(--in-flight); paced, each run sends 50ms worth at once. All of gen's threads share one CPU, the one gen starts
 on (choose it with taskset), as a single sender would. The summary says
 how busy the sending threads kept it: well under 100% means the
 generator, not the receiver, set the rate.
@@ -129,9 +132,9 @@ the peer; on a NIC, they leave on the wire.`,
 		"or 0: 1 with a holding run, else 2 (one alone waits for two RCU grace periods per run; two overlapping runs never do)", pktgen.MaxInFlight))
 	fl.StringVar(&f.hold, "hold", "auto", "live: keep the program in the kernel's XDP dispatcher with a holding run at idle priority, so that no sending run waits for a grace period: "+
 		"on, off, or auto (on unless paced with --rate, whose idle time it would fill)")
-	fl.DurationVar(&f.callTime, "call-time", pktgen.DefaultCallTime, fmt.Sprintf("live: how long each test run should take, %v to %v; "+
-		"the frames per run are sized from the rate the previous runs reached (longer runs amortize the grace periods of runs that do not overlap, "+
-		"but a stop on Ctrl-C may wait for one)", pktgen.MinCallTime, pktgen.MaxCallTime))
+	fl.DurationVar(&f.callTime, "call-time", 0, fmt.Sprintf("live: how long each test run should take, %v to %v, or 0: %v (%v with --rate, which sends that much at once); "+
+		"the frames per run are sized from the rate the previous runs reached (longer runs take the kernel's dispatcher lock less often, "+
+		"and amortize the grace periods of runs that do not overlap)", pktgen.MinCallTime, pktgen.MaxCallTime, pktgen.DefaultCallTime, pktgen.DefaultPacedCallTime))
 	fl.Uint64Var(&f.chunk, "chunk", 0, "live: frames per test run (0: sized by --call-time)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the summary as JSON")
 	fl.BoolVar(&f.quietly, "quiet", false, "no live rate display")
@@ -160,8 +163,8 @@ func (a *app) gen(cmd *cobra.Command, f *genFlags) error {
 	if err != nil {
 		return usagef("--hold %q: want auto, on or off", f.hold)
 	}
-	if f.callTime < pktgen.MinCallTime || f.callTime > pktgen.MaxCallTime {
-		return usagef("--call-time %v: want %v to %v", f.callTime, pktgen.MinCallTime, pktgen.MaxCallTime)
+	if f.callTime != 0 && (f.callTime < pktgen.MinCallTime || f.callTime > pktgen.MaxCallTime) {
+		return usagef("--call-time %v: want %v to %v, or 0 for the default", f.callTime, pktgen.MinCallTime, pktgen.MaxCallTime)
 	}
 	if f.chunk > math.MaxUint32 {
 		return usagef("--chunk %d: want at most %d frames", f.chunk, uint64(math.MaxUint32))
