@@ -56,6 +56,9 @@ type Translation struct {
 type TranslateOptions struct {
 	// MaxRules caps the rules one route may expand into (default 64).
 	MaxRules int
+	// SampleOneIn is the N of `sample 1/N` for a route with the
+	// traffic-action sample bit (default DefaultSampleOneIn).
+	SampleOneIn uint32
 }
 
 // FlowSpec component types (RFC 8955 section 4.2.2, RFC 8956 section 3).
@@ -126,9 +129,8 @@ type alt []term
 
 type part struct{ compact, expanded []alt }
 
-// Translate turns a route into rules, or returns an error wrapping
-// ErrRefused that says why it cannot be expressed exactly.
-func Translate(r Route, opts TranslateOptions) (Translation, error) {
+// translate is Translate but for the sample bit.
+func translate(r Route, opts TranslateOptions) (Translation, error) {
 	if opts.MaxRules <= 0 {
 		opts.MaxRules = 64
 	}
@@ -268,7 +270,13 @@ func Translate(r Route, opts TranslateOptions) (Translation, error) {
 			continue // any value: what it implies is already written
 		}
 		hex := t == fsFlowLabel
-		p := part{compact: []alt{{{nf.kw, set.list(hex)}}}}
+		text := set.list(hex)
+		if t != fsLen {
+			// The rule language's field has FlowSpec's domain (len's
+			// reaches past 65535 for IPv6: a negation would widen it).
+			text = set.listOrNot(nf.max, hex)
+		}
+		p := part{compact: []alt{{{nf.kw, text}}}}
 		for _, v := range set {
 			if t == fsPort {
 				p.expanded = append(p.expanded, alt{{"sport", v.text(hex)}}, alt{{"dport", v.text(hex)}})
@@ -376,7 +384,14 @@ func protoPart(protos ivals) part {
 		p.compact = []alt{one(protos[0].lo)}
 		return p
 	}
-	p.compact = []alt{{{"proto", protos.list(false)}}}
+	words := make([]string, len(protos))
+	for i, v := range protos {
+		words[i] = v.text(false)
+		if n, ok := names[v.lo]; ok && v.lo == v.hi {
+			words[i] = n
+		}
+	}
+	p.compact = []alt{{{"proto", strings.Join(words, ",")}}}
 	if protos.count() <= 256 {
 		for _, v := range protos {
 			for x := v.lo; x <= v.hi; x++ {
@@ -665,10 +680,7 @@ func translateActions(ecs []bgp.ExtendedCommunityInterface) (verdict string, con
 			}
 			continue
 		case *bgp.TrafficActionExtended:
-			if v.Sample {
-				return "", false, refusef("traffic-action sample: the rule language has no sampling yet")
-			}
-			continues = v.Terminal
+			continues = v.Terminal // the sample bit: see Translate
 			continue
 		case *bgp.TrafficRemarkExtended:
 			return "", false, refusef("traffic-marking (DSCP %d): xdpdrop does not rewrite packets", v.DSCP)
