@@ -43,7 +43,7 @@ ip netns add "$ns"
 ip link add "$host" type veth peer name "$peer" netns "$ns"
 ip link set "$host" up
 ip -n "$ns" link set "$peer" up
-cpuns() { cat /proc/"$1"/task/*/schedstat | awk '{ n += $1 } END { printf "%d", n }'; }
+cpuns() { cat /proc/"$1"/task/*/schedstat | awk '{ n += $1 } END { printf "%.0f", n }'; }
 report() { # round name frames nanoseconds
 	awk -v r="$1" -v n="$2" -v f="$3" -v t="$4" -v s="$SECS" 'BEGIN {
 		printf "%d\t%s\trx %.2f Mpps\tCPU %.1f%%\t%.0f ns/frame\n", r, n, f / s / 1e6, t / 1e9 / s * 100, t / f }'
