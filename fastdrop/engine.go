@@ -1493,9 +1493,17 @@ func (e *Engine) loadLocked() error {
 		// (change reads the rules again first).
 	}
 	var zero [recSize]byte
+	freed := make([]recWrite, 0, len(stale))
 	for _, s := range stale {
 		if _, err := e.mem.rules.WriteAt(zero[:], int64(s)*int64(recSize)); err != nil {
 			return fmt.Errorf("fastdrop: clear rule record: %w", err)
+		}
+		freed = append(freed, recWrite{slot: s})
+	}
+	if len(freed) > 0 {
+		// Their lists too, if they had any (after the records).
+		if err := e.deleteLists(freed); err != nil {
+			return err
 		}
 	}
 	if err := e.zeroSlots(stale); err != nil {
