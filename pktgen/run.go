@@ -151,7 +151,9 @@ var ErrUnbounded = errors.New("pktgen: set a count, a duration or a cancellable 
 // Run sends frame out of ifindex until opts or ctx stop it. Like Send, it
 // must run on a thread inside the namespace that owns ifindex; the
 // threads it starts for the calls in flight join that namespace and take
-// the calling thread's CPU affinity.
+// the calling thread's CPU affinity. Stats.Sent comes from the program's
+// own count of the frames it sent, so a Generator makes one Run (or Send)
+// at a time.
 func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts RunOptions) (Stats, error) {
 	if opts.Count == 0 && opts.Duration == 0 && ctx.Done() == nil {
 		return Stats{}, ErrUnbounded
