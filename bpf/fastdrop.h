@@ -126,7 +126,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 13,
+	FD_LAYOUT_VERSION = 14,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
@@ -521,7 +521,13 @@ struct fd_police {
 	__u8 len4;    /* per src/N */
 	__u8 len6;
 	__u8 pad[5];
-	__u64 pad2[2];
+	/* Entry 0 only: the end of the latest ban made (fd_pol_now's
+	 * clock). Before it, bans may be live and frames are looked up in
+	 * fd_bans; after it none is, and the lookup is skipped. Only ever
+	 * raised (by the program, or by user space copying bans into new
+	 * maps), never lowered: a stale value costs lookups, not bans. */
+	__u64 ban_end;
+	__u64 pad2;
 };
 
 _Static_assert(sizeof(struct fd_police) == FD_POLICE_SIZE, "fd_police size");
@@ -552,6 +558,9 @@ struct fd_ban {
 	__u64 until;   /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) at which it ends */
 	__u64 since;   /* when it was made */
 	__u64 dropped; /* frames dropped by it */
+	/* until on fd_pol_now's clock: what the program compares (user space
+	 * reads until and since, on CLOCK_MONOTONIC). */
+	__u64 end;
 	__u32 slot;    /* the counter slot of the rule that made it */
 	__u32 epoch;   /* that rule's fd_police.epoch */
 };
@@ -807,8 +816,14 @@ struct {
 } fd_bans SEC(".maps");
 
 /* Test runs (set from Go at load): the clock is fd_policers[0].tat, in ns,
- * so that tests say what time it is. Off, the verifier removes the test. */
+ * so that tests say what time it is; with 2, the policers see it in steps
+ * of fd_tick_ns, as they see jiffies. Off, the verifier removes the test. */
 volatile const __u32 fd_test_clock = 0;
+
+/* The length of a jiffy in ns (set from Go at load: the resolution of
+ * CLOCK_MONOTONIC_COARSE, 1e9/HZ): the policers' clock is jiffies times
+ * it (see fd_pol_now). 0: bpf_ktime_get_ns. */
+volatile const __u64 fd_tick_ns = 0;
 
 /* Never read: it makes the types user space needs (and nothing above
  * references) part of the BTF, so bpf2go exports them to Go. */
@@ -1329,6 +1344,33 @@ static __always_inline __u64 fd_now_ns(void)
 	return bpf_ktime_get_ns();
 }
 
+/* The policers' clock, in ns: jiffies times a jiffy's length (or the
+ * test clock). bpf_ktime_get_ns costs a frame about 50 ns on this
+ * project's VMs (it reads the TSC); bpf_jiffies64 is one load (the
+ * verifier inlines it). Its steps of a tick (4 ms at HZ=250) would cap
+ * what a bucket shallower than a tick lets through at its depth per tick;
+ * user space adds a tick to every bucket's depth (fd_police.burst), which
+ * makes the rate exact on average: after each step the bucket has room
+ * for the step's worth of frames. Its origin is not CLOCK_MONOTONIC's:
+ * bans keep both (struct fd_ban). */
+static __always_inline __u64 fd_pol_now(void)
+{
+	if (fd_test_clock == 2 && fd_tick_ns) {
+		__u64 t = fd_now_ns();
+
+		return t - t % fd_tick_ns;
+	}
+	if (fd_test_clock || !fd_tick_ns)
+		return fd_now_ns();
+	return bpf_jiffies64() * fd_tick_ns;
+}
+
+/* The tick added to every bucket's depth (see fd_pol_now), in 1/16 ns. */
+static __always_inline __u64 fd_pol_tolerance(void)
+{
+	return fd_test_clock == 1 ? 0 : fd_tick_ns << FD_POL_TIME_SHIFT;
+}
+
 /* fd_src_mask puts the source (hi, lo as fd_banned takes them) masked to
  * len bits into k. Frames without a source (not IP) all get one key. */
 static __always_inline void fd_src_mask(struct fd_src_key *k, __u32 family, __u64 hi, __u64 lo,
@@ -1351,11 +1393,37 @@ static __always_inline void fd_src_mask(struct fd_src_key *k, __u32 family, __u6
 	}
 }
 
-/* fd_banned reports whether the source (IPv4: host order in hi; IPv6: as
- * loaded from the packet) is banned, looked up under each length of
- * lens (one per byte, see fd_conf.ban4), and counts the frame in the ban.
- * A ban past its time is deleted. */
-static __noinline int fd_banned(__u32 lens, __u32 family, __u64 hi, __u64 lo)
+/* fd_bans_end is fd_policers[0].ban_end (see struct fd_police). */
+static __always_inline __u64 *fd_bans_end(void)
+{
+	__u32 zero = 0;
+	struct fd_police *pe = bpf_map_lookup_elem(&fd_policers, &zero);
+
+	return pe ? &pe->ban_end : 0;
+}
+
+/* fd_bans_note raises fd_policers[0].ban_end to end (a ban was made). */
+static __always_inline void fd_bans_note(__u64 end)
+{
+	__u64 *p = fd_bans_end(), old, prev;
+	int i;
+
+	if (!p)
+		return;
+	old = *(volatile __u64 *)p;
+	for (i = 0; i < 4 && end > old; i++) {
+		prev = __sync_val_compare_and_swap(p, old, end);
+		if (prev == old)
+			break;
+		old = prev;
+	}
+}
+
+/* fd_banned_look reports whether the source (IPv4: host order in hi;
+ * IPv6: as loaded from the packet) is banned, looked up under each length
+ * of lens (one per byte, see fd_conf.ban4), and counts the frame in the
+ * ban. A ban past its time is deleted. */
+static __noinline int fd_banned_look(__u32 lens, __u32 family, __u64 hi, __u64 lo)
 {
 	struct fd_src_key k = {};
 	struct fd_ban *b;
@@ -1371,13 +1439,24 @@ static __noinline int fd_banned(__u32 lens, __u32 family, __u64 hi, __u64 lo)
 		b = bpf_map_lookup_elem(&fd_bans, &k);
 		if (!b)
 			continue;
-		if (fd_now_ns() < b->until) {
+		if (fd_pol_now() < b->end) {
 			__sync_fetch_and_add(&b->dropped, 1);
 			return 1;
 		}
 		bpf_map_delete_elem(&fd_bans, &k);
 	}
 	return 0;
+}
+
+/* fd_banned is fd_banned_look, skipped (a load and a compare, no call)
+ * while no ban can be live: after the end of the latest ban made. */
+static __always_inline int fd_banned(__u32 lens, __u32 family, __u64 hi, __u64 lo)
+{
+	__u64 *end = fd_bans_end();
+
+	if (!end || fd_pol_now() >= *(volatile __u64 *)end)
+		return 0;
+	return fd_banned_look(lens, family, hi, lo);
 }
 
 /* This CPU's counters of police entry idx. */
@@ -1405,7 +1484,7 @@ static __noinline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __u64 l
 
 	if (!pe)
 		return FD_ACT_PASS << FD_VAL_ACT_SHIFT | (FD_SLOT_DEFAULT + FD_ACT_PASS);
-	now_ns = fd_now_ns();
+	now_ns = fd_pol_now();
 	now = now_ns << FD_POL_TIME_SHIFT;
 	cost = pe->cost;
 	if (pe->flags & FD_LIM_BYTES)
@@ -1429,24 +1508,41 @@ static __noinline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __u64 l
 	}
 	old = *(volatile __u64 *)tat;
 	t = old > now ? old : now;
-	if (t + cost > now + pe->burst) {
+	/* A tick more than the bucket's depth: see fd_pol_now. */
+	if (t + cost > now + pe->burst + fd_pol_tolerance()) {
 		pc = fd_pcnt_of(key);
 		if (pc) {
 			pc->exceed_packets++;
 			pc->exceed_bytes += bytes;
 		}
 		if (pe->ban_ns && (pe->flags & FD_LIM_PERSRC) && family) {
+			/* Once per ban: the source's next frames meet it
+			 * before the rules. */
+			__u64 mono = fd_now_ns();
 			struct fd_ban b = {
-				.until = now_ns + pe->ban_ns,
-				.since = now_ns,
+				.until = mono + pe->ban_ns,
+				.since = mono,
+				.end = now_ns + pe->ban_ns,
 				.slot = pe->slot,
 				.epoch = pe->epoch,
 			};
 
+			struct fd_ban *old_ban;
+			int err;
+
 			k.id = family << 8 | (family == 4 ? pe->len4 : pe->len6);
 			k.epoch = 0;
-			if (!bpf_map_update_elem(&fd_bans, &k, &b, BPF_NOEXIST) && pc)
-				pc->bans++;
+			err = bpf_map_update_elem(&fd_bans, &k, &b, BPF_NOEXIST);
+			/* One that ended and was not looked up since (fd_banned
+			 * skips the lookup once every ban has ended) is
+			 * replaced; a live one stays as it is. */
+			if (err && (old_ban = bpf_map_lookup_elem(&fd_bans, &k)) && old_ban->end <= now_ns)
+				err = bpf_map_update_elem(&fd_bans, &k, &b, BPF_EXIST);
+			if (!err) {
+				fd_bans_note(b.end);
+				if (pc)
+					pc->bans++;
+			}
 		}
 		return FD_ACT_DROP << FD_VAL_ACT_SHIFT | (pe->slot & FD_VAL_SLOT_MASK);
 	}

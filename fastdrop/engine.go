@@ -88,6 +88,9 @@ type Options struct {
 	// testClock makes the program's clock the test clock (test runs only:
 	// Engine.setTestClock).
 	testClock bool
+	// testTicks (with testClock): the policers see the test clock in
+	// steps of a jiffy, as they see the real one.
+	testTicks bool
 	// trace makes the program prepend a struct fd_trace_rec to each frame
 	// (test runs only).
 	trace bool
@@ -366,8 +369,21 @@ func New(opts Options) (*Engine, error) {
 	spec.Maps[gen.FastdropMapFdPolCnt].MaxEntries = uint32(ncpu)
 	spec.Maps[gen.FastdropMapFdPolSrc].MaxEntries = uint32(opts.LimitSources)
 	spec.Maps[gen.FastdropMapFdBans].MaxEntries = uint32(opts.Bans)
+	// The policers' clock counts jiffies (bpf/fastdrop.h, fd_pol_now):
+	// CLOCK_MONOTONIC_COARSE's resolution is a jiffy's length.
+	var res unix.Timespec
+	if err := unix.ClockGetres(unix.CLOCK_MONOTONIC_COARSE, &res); err != nil {
+		return nil, fmt.Errorf("fastdrop: read the coarse clock's resolution: %w", err)
+	}
+	if err := spec.Variables[gen.FastdropVarFdTickNs].Set(uint64(res.Nano())); err != nil {
+		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdTickNs, err)
+	}
 	if opts.testClock {
-		if err := spec.Variables[gen.FastdropVarFdTestClock].Set(uint32(1)); err != nil {
+		mode := uint32(1)
+		if opts.testTicks {
+			mode = 2
+		}
+		if err := spec.Variables[gen.FastdropVarFdTestClock].Set(mode); err != nil {
 			return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdTestClock, err)
 		}
 	}

@@ -300,9 +300,16 @@ func (e *Engine) now() (uint64, error) {
 	return uint64(ts.Nano()), nil
 }
 
-// setTestClock sets the test clock (Options.testClock) to ns.
+// setTestClock sets the test clock (Options.testClock) to ns; the rest of
+// entry 0 (ban_end) stays.
 func (e *Engine) setTestClock(ns uint64) error {
-	return e.maps[gen.FastdropMapFdPolicers].Put(uint32(0), &gen.FastdropFdPolice{Tat: ns})
+	m := e.maps[gen.FastdropMapFdPolicers]
+	var pe gen.FastdropFdPolice
+	if err := m.Lookup(uint32(0), &pe); err != nil {
+		return fmt.Errorf("fastdrop: read test clock: %w", err)
+	}
+	pe.Tat = ns
+	return m.Put(uint32(0), &pe)
 }
 
 func banSource(k gen.FastdropFdSrcKey) netip.Prefix {
@@ -367,6 +374,10 @@ func (e *Engine) Unban(p netip.Prefix, all bool) ([]netip.Prefix, error) {
 	if err != nil {
 		return nil, err
 	}
+	now, err := e.now()
+	if err != nil {
+		return nil, err
+	}
 	var out []netip.Prefix
 	m := e.maps[gen.FastdropMapFdBans]
 	for _, b := range entries {
@@ -377,7 +388,11 @@ func (e *Engine) Unban(p netip.Prefix, all bool) ([]netip.Prefix, error) {
 		if err := m.Delete(&b.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return out, fmt.Errorf("fastdrop: lift ban of %s: %w%s", src, err, caps.Suffix(err, caps.Of(caps.BPF)))
 		}
-		out = append(out, src)
+		// One that had ended (the program leaves those it no longer
+		// looks up) goes too, unreported.
+		if b.val.Until > now {
+			out = append(out, src)
+		}
 	}
 	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/btf"
+	"golang.org/x/sys/unix"
 
 	"github.com/xdpdrop/xdpdrop/gen"
 	"github.com/xdpdrop/xdpdrop/internal/frames"
@@ -275,6 +276,45 @@ func TestLimitRecordLayout(t *testing.T) {
 		back.Limit = l
 		if back.String() != r.String() || idx != 7 || epoch != 9 {
 			t.Errorf("%q comes back as %q (entry %d, epoch %d)", r.String(), back.String(), idx, epoch)
+		}
+	}
+}
+
+// TestLimitTickClock: the policers' clock moves in steps of a jiffy (4 ms
+// at HZ=250); a bucket shallower than a step still lets its rate through
+// on average, not its depth per step: limit 50000/s burst 5 is 200 frames
+// per 4 ms step, not 5.
+func TestLimitTickClock(t *testing.T) {
+	var res unix.Timespec
+	if err := unix.ClockGetres(unix.CLOCK_MONOTONIC_COARSE, &res); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.Duration(res.Nano())
+	opts := testOptions
+	opts.testClock, opts.testTicks = true, true
+	e := newTestEngine(t, opts)
+	start := time.Hour
+	setClock(t, e, start)
+	r := mustApply(t, e, kParse(t, "limit 50000/s burst 5 udp dport 53\nlimit 50000/s burst 5 per src udp dport 54\n"))
+	agg := frames.UDP4("198.51.100.1", "10.0.0.1", 1000, 53, 10).Bytes
+	src := frames.UDP4("198.51.100.1", "10.0.0.1", 1000, 54, 10).Bytes
+	perStep := int(50000 * tick / time.Second)
+	const steps = 20
+	total := map[string]int{}
+	for i := 1; i <= steps; i++ {
+		// Anywhere inside the step: the policers see its start.
+		setClock(t, e, start+time.Duration(i)*tick+tick/3)
+		for name, f := range map[string][]byte{"aggregate": agg, "per src": src} {
+			got := passes(t, r, f, perStep+50)
+			total[name] += got
+			if got < perStep-1 || got > perStep+5+1 {
+				t.Errorf("%s, step %d: %d passed, want about %d (the rate over a %v step)", name, i, got, perStep, tick)
+			}
+		}
+	}
+	for name, got := range total {
+		if want := steps * perStep; got < want || got > want+perStep+5 {
+			t.Errorf("%s: %d passed over %d steps, want %d to %d", name, got, steps, want, want+perStep+5)
 		}
 	}
 }

@@ -34,6 +34,7 @@ type FastdropFdBan struct {
 	Until   uint64
 	Since   uint64
 	Dropped uint64
+	End     uint64
 	Slot    uint32
 	Epoch   uint32
 }
@@ -207,7 +208,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 13
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 14
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
@@ -295,18 +296,19 @@ type FastdropFdPcnt struct {
 }
 
 type FastdropFdPolice struct {
-	_     structs.HostLayout
-	Tat   uint64
-	Cost  uint64
-	Burst uint64
-	BanNs uint64
-	Slot  uint32
-	Epoch uint32
-	Flags uint8
-	Len4  uint8
-	Len6  uint8
-	Pad   [5]uint8
-	Pad2  [2]uint64
+	_      structs.HostLayout
+	Tat    uint64
+	Cost   uint64
+	Burst  uint64
+	BanNs  uint64
+	Slot   uint32
+	Epoch  uint32
+	Flags  uint8
+	Len4   uint8
+	Len6   uint8
+	Pad    [5]uint8
+	BanEnd uint64
+	Pad2   uint64
 }
 
 type FastdropFdRecFlags uint32
@@ -473,6 +475,7 @@ const (
 	FastdropVarFdBtfAnchor       = "fd_btf_anchor"
 	FastdropVarFdCounterSlots    = "fd_counter_slots"
 	FastdropVarFdTestClock       = "fd_test_clock"
+	FastdropVarFdTickNs          = "fd_tick_ns"
 	FastdropVarFdV6Cap           = "fd_v6_cap"
 )
 
@@ -550,6 +553,7 @@ type FastdropVariableSpecs struct {
 	FdBtfAnchor    *ebpf.VariableSpec `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.VariableSpec `ebpf:"fd_counter_slots"`
 	FdTestClock    *ebpf.VariableSpec `ebpf:"fd_test_clock"`
+	FdTickNs       *ebpf.VariableSpec `ebpf:"fd_tick_ns"`
 	FdV6Cap        *ebpf.VariableSpec `ebpf:"fd_v6_cap"`
 }
 
@@ -617,6 +621,7 @@ type FastdropVariables struct {
 	FdBtfAnchor    *ebpf.Variable `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.Variable `ebpf:"fd_counter_slots"`
 	FdTestClock    *ebpf.Variable `ebpf:"fd_test_clock"`
+	FdTickNs       *ebpf.Variable `ebpf:"fd_tick_ns"`
 	FdV6Cap        *ebpf.Variable `ebpf:"fd_v6_cap"`
 }
 

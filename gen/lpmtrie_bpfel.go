@@ -24,6 +24,7 @@ type LpmtrieFdBan struct {
 	Until   uint64
 	Since   uint64
 	Dropped uint64
+	End     uint64
 	Slot    uint32
 	Epoch   uint32
 }
@@ -73,18 +74,19 @@ type LpmtrieFdLpm6Key struct {
 }
 
 type LpmtrieFdPolice struct {
-	_     structs.HostLayout
-	Tat   uint64
-	Cost  uint64
-	Burst uint64
-	BanNs uint64
-	Slot  uint32
-	Epoch uint32
-	Flags uint8
-	Len4  uint8
-	Len6  uint8
-	Pad   [5]uint8
-	Pad2  [2]uint64
+	_      structs.HostLayout
+	Tat    uint64
+	Cost   uint64
+	Burst  uint64
+	BanNs  uint64
+	Slot   uint32
+	Epoch  uint32
+	Flags  uint8
+	Len4   uint8
+	Len6   uint8
+	Pad    [5]uint8
+	BanEnd uint64
+	Pad2   uint64
 }
 
 type LpmtrieFdRuleRec struct {
@@ -189,6 +191,7 @@ const (
 	LpmtrieVarFdBtfAnchor     = "fd_btf_anchor"
 	LpmtrieVarFdCounterSlots  = "fd_counter_slots"
 	LpmtrieVarFdTestClock     = "fd_test_clock"
+	LpmtrieVarFdTickNs        = "fd_tick_ns"
 	LpmtrieVarFdV6Cap         = "fd_v6_cap"
 )
 
@@ -268,6 +271,7 @@ type LpmtrieVariableSpecs struct {
 	FdBtfAnchor    *ebpf.VariableSpec `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.VariableSpec `ebpf:"fd_counter_slots"`
 	FdTestClock    *ebpf.VariableSpec `ebpf:"fd_test_clock"`
+	FdTickNs       *ebpf.VariableSpec `ebpf:"fd_tick_ns"`
 	FdV6Cap        *ebpf.VariableSpec `ebpf:"fd_v6_cap"`
 }
 
@@ -341,6 +345,7 @@ type LpmtrieVariables struct {
 	FdBtfAnchor    *ebpf.Variable `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.Variable `ebpf:"fd_counter_slots"`
 	FdTestClock    *ebpf.Variable `ebpf:"fd_test_clock"`
+	FdTickNs       *ebpf.Variable `ebpf:"fd_tick_ns"`
 	FdV6Cap        *ebpf.Variable `ebpf:"fd_v6_cap"`
 }
 
