@@ -126,7 +126,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 14,
+	FD_LAYOUT_VERSION = 15,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
@@ -169,6 +169,7 @@ enum fd_layout {
 	FD_POL_TIME_SHIFT = 4,
 	FD_POL_BYTE_SHIFT = 16,
 	FD_BAN_LENS = 4,      /* distinct ban prefix lengths per family */
+	FD_SRC_WAYS = 4,      /* ways of a set of fd_pol_src */
 
 	/* Entries of a direct table indexed by a 16-bit value (ports, ether,
 	 * the first 16 bits of an address). */
@@ -796,14 +797,34 @@ struct {
 	__uint(max_entries, 2);
 } fd_pol_cnt SEC(".maps");
 
-/* Per-source buckets (a tat each) of limit rules with per src: a fixed
- * number (set from Go at load), the least recently used evicted, so a
- * flood of spoofed sources cannot grow it. */
+/* Per-source buckets of limit rules with per src: a fixed number (set
+ * from Go at load), so a flood of spoofed sources cannot grow it. A
+ * set-associative cache, not a hash map: a source's bucket is in one set
+ * of FD_SRC_WAYS (by a multiplicative hash of its key), and a new source
+ * takes the way whose bucket would be full soonest (least tat): one that
+ * is full already (tat <= now) holds nothing a fresh bucket would not,
+ * so only sources still over their rate lose state to a flood. Looking a
+ * source up is an array index and FD_SRC_WAYS compares: an LRU hash
+ * lookup (jhash, the bucket's list) cost a frame about 40 ns here. */
+struct fd_src_ent {
+	__u64 hi; /* the source, masked (struct fd_src_key) */
+	__u64 lo;
+	__u32 id; /* police entry | family << 16; 0 = empty */
+	__u32 epoch;
+	__u64 tat;
+};
+
+struct fd_src_set {
+	struct fd_src_ent way[FD_SRC_WAYS];
+};
+
+_Static_assert(sizeof(struct fd_src_set) == FD_SRC_WAYS * 32, "fd_src_set size");
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct fd_src_key);
-	__type(value, __u64);
-	__uint(max_entries, 65536);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct fd_src_set);
+	__uint(max_entries, 16384);
 } fd_pol_src SEC(".maps");
 
 /* Bans: checked before the rules, ended by their time (or by user space,
@@ -824,6 +845,9 @@ volatile const __u32 fd_test_clock = 0;
  * CLOCK_MONOTONIC_COARSE, 1e9/HZ): the policers' clock is jiffies times
  * it (see fd_pol_now). 0: bpf_ktime_get_ns. */
 volatile const __u64 fd_tick_ns = 0;
+
+/* fd_pol_src's max_entries - 1 (a power of two; set from Go at load). */
+volatile const __u32 fd_src_sets_mask = 0;
 
 /* Never read: it makes the types user space needs (and nothing above
  * references) part of the BTF, so bpf2go exports them to Go. */
@@ -1474,7 +1498,7 @@ static __always_inline struct fd_pcnt *fd_pcnt_of(__u32 idx)
  * fd_banned. See struct fd_police for the algorithm. Two CPUs that read a
  * bucket at once may both let a frame through where one would: at most
  * one frame per CPU above the bucket. */
-static __noinline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __u64 lo, __u32 bytes)
+static __always_inline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __u64 lo, __u32 bytes)
 {
 	__u32 key = idx & (FD_POLICE_MAX - 1);
 	struct fd_police *pe = bpf_map_lookup_elem(&fd_policers, &key);
@@ -1491,15 +1515,43 @@ static __noinline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __u64 l
 		cost = (bytes & 0x3ffff) * cost >> FD_POL_BYTE_SHIFT;
 	tat = &pe->tat;
 	if (pe->flags & FD_LIM_PERSRC) {
+		struct fd_src_set *set;
+		struct fd_src_ent *w, *victim;
+		__u32 si;
+		int i;
+
 		fd_src_mask(&k, family, hi, lo, family == 4 ? pe->len4 : pe->len6);
 		k.id = key | family << 16;
 		k.epoch = pe->epoch;
-		tat = bpf_map_lookup_elem(&fd_pol_src, &k);
+		si = ((k.hi ^ (k.lo * 0xff51afd7ed558ccdULL) ^ ((__u64)k.epoch << 32 | k.id)) *
+		      0x9e3779b97f4a7c15ULL) >> 40;
+		si &= fd_src_sets_mask;
+		set = bpf_map_lookup_elem(&fd_pol_src, &si);
+		if (!set)
+			return FD_ACT_PASS << FD_VAL_ACT_SHIFT | (pe->slot & FD_VAL_SLOT_MASK);
+		tat = 0;
+		victim = &set->way[0];
+		for (i = 0; i < FD_SRC_WAYS; i++) {
+			w = &set->way[i];
+			if (w->hi == k.hi && w->lo == k.lo && w->id == k.id && w->epoch == k.epoch) {
+				tat = &w->tat;
+				break;
+			}
+			if (w->tat < victim->tat)
+				victim = w;
+		}
 		if (!tat) {
-			/* A fresh bucket is full: the frame conforms. */
-			__u64 v = now + cost;
-
-			bpf_map_update_elem(&fd_pol_src, &k, &v, BPF_NOEXIST);
+			/* A fresh bucket is full: the frame conforms. It takes
+			 * the way that would be full soonest (an empty one's
+			 * tat is 0). Two CPUs doing this at once in one set
+			 * may take one way: then one source starts again
+			 * with a full bucket. */
+			victim->id = 0;
+			victim->hi = k.hi;
+			victim->lo = k.lo;
+			victim->epoch = k.epoch;
+			victim->tat = now + cost;
+			victim->id = k.id;
 			pc = fd_pcnt_of(key);
 			if (pc)
 				pc->sources++;
@@ -1806,13 +1858,18 @@ compound:
 	/* Only a limit rule's val has bit 31 (FD_ACT_LIMIT). */
 	if (r.val & (1u << 31)) {
 		__u32 bytes = *env->len & ~PARSE_LEN_CHECK;
+		__u32 family = p->family;
+		__u64 hi = 0, lo = 0;
 
-		if (p->family == 4)
-			r.val = fd_police_run(r.val, 4, p->src4, 0, bytes);
-		else if (p->family == 6)
-			r.val = fd_police_run(r.val, 6, p->src6[0], p->src6[1], bytes);
-		else
-			r.val = fd_police_run(r.val, 0, 0, 0, bytes);
+		if (family == 4) {
+			hi = p->src4;
+		} else if (family == 6) {
+			hi = p->src6[0];
+			lo = p->src6[1];
+		} else {
+			family = 0;
+		}
+		r.val = fd_police_run(r.val, family, hi, lo, bytes);
 	}
 	return r;
 

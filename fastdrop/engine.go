@@ -70,9 +70,10 @@ type Options struct {
 	// fill three quarters of it. Default 131,072; at most MaxIPv6Entries.
 	IPv6Entries int
 	// LimitSources is the size of the table of per-source buckets that
-	// limit rules with per src share (least recently used evicted: a
-	// flood of spoofed sources cannot grow it). Default 131,072, about
-	// 13 MiB.
+	// limit rules with per src share, rounded up to a power of two: sets
+	// of 4, a new source taking the bucket of its set that would be full
+	// soonest, so a flood of spoofed sources cannot grow it. Default
+	// 131,072, 4 MiB (32 bytes a bucket).
 	LimitSources int
 	// Bans is how many sources may be banned at once (least recently
 	// used evicted). Default 16,384, about 2 MiB.
@@ -222,8 +223,15 @@ func (o Options) check() error {
 		}
 		return fmt.Errorf("fastdrop: an IPv6 table of %d entries asked: %w: one fast-drop program has at most %d", o.IPv6Entries, ErrCapacity, MaxIPv6Entries)
 	}
+	// The program hashes a source to at most 2^24 sets of 4.
+	if o.LimitSources > maxLimitSources {
+		return fmt.Errorf("fastdrop: a table of %d per-source buckets asked: %w: one fast-drop program has at most %d", o.LimitSources, ErrCapacity, maxLimitSources)
+	}
 	return nil
 }
+
+// maxLimitSources is the most per-source buckets (Options.LimitSources).
+const maxLimitSources = 1 << 26
 
 func (o Options) withDefaults() Options {
 	if o.MaxRules <= 0 {
@@ -367,7 +375,14 @@ func New(opts Options) (*Engine, error) {
 	spec.Maps[gen.FastdropMapFdCounters].ValueSize = uint32(nslots * counterSize)
 	spec.Maps[gen.FastdropMapFdRules].MaxEntries = uint32(nslots)
 	spec.Maps[gen.FastdropMapFdPolCnt].MaxEntries = uint32(ncpu)
-	spec.Maps[gen.FastdropMapFdPolSrc].MaxEntries = uint32(opts.LimitSources)
+	sets := 1
+	for sets*srcWays < opts.LimitSources {
+		sets *= 2
+	}
+	spec.Maps[gen.FastdropMapFdPolSrc].MaxEntries = uint32(sets)
+	if err := spec.Variables[gen.FastdropVarFdSrcSetsMask].Set(uint32(sets - 1)); err != nil {
+		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdSrcSetsMask, err)
+	}
 	spec.Maps[gen.FastdropMapFdBans].MaxEntries = uint32(opts.Bans)
 	// The policers' clock counts jiffies (bpf/fastdrop.h, fd_pol_now):
 	// CLOCK_MONOTONIC_COARSE's resolution is a jiffy's length.

@@ -30,6 +30,7 @@ var layoutFingerprints = map[uint32]string{
 	12: "22bfda53491a9f6c", // len_op 0 is no len field (enum fd_cmp from 1), which BTF does not show
 	13: "85d1ebeb1f2ce775", // comparisons on ttl, dscp, type, code: ttl_op, dscp_op, type_op, code_op
 	14: "5bc8446f977a62a7", // the policers on jiffies: fd_ban.end, fd_police.ban_end; fd_police, fd_pcnt, fd_src_key and fd_ban fingerprinted from here on
+	15: "c2d5760acd1ef215", // fd_pol_src a set-associative array of fd_src_set (fd_src_ent), FD_SRC_WAYS
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.
@@ -37,7 +38,7 @@ var layoutTypes = []string{
 	"fd_layout", "fd_action", "fd_field", "fd_rec_flags",
 	"fd_state", "fd_stamp", "fd_conf", "fd_bm", "fd_rule_rec", "fd_v6_ent", "fd_v4_sparse", "counter",
 	"fd_cap_layout", "fd_cap_ctl", "fd_cap_sel", "fd_cap_cnt", "fd_cap_rec", "fd_cap_cpu",
-	"fd_police", "fd_pcnt", "fd_src_key", "fd_ban",
+	"fd_police", "fd_pcnt", "fd_src_key", "fd_ban", "fd_src_ent", "fd_src_set",
 }
 
 // layoutFingerprint describes layoutTypes from the object's BTF (names,

@@ -20,6 +20,7 @@ const (
 	policeMax   = int(gen.FastdropFdLayoutFD_POLICE_MAX)
 	pcntSize    = int(gen.FastdropFdLayoutFD_PCNT_SIZE)
 	banLensMax  = int(gen.FastdropFdLayoutFD_BAN_LENS)
+	srcWays     = int(gen.FastdropFdLayoutFD_SRC_WAYS)
 	slotBanned  = uint32(gen.FastdropFdLayoutFD_SLOT_BANNED)
 	actLimitVal = uint32(ActionLimit) << valActShift
 	// Byte offsets of the limit members of struct fd_rule_rec

@@ -1,6 +1,7 @@
 package fastdrop
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -316,5 +317,52 @@ func TestLimitTickClock(t *testing.T) {
 		if want := steps * perStep; got < want || got > want+perStep+5 {
 			t.Errorf("%s: %d passed over %d steps, want %d to %d", name, got, steps, want, want+perStep+5)
 		}
+	}
+}
+
+// TestLimitSpoofedFlood: the per-source table is of a fixed size; a flood
+// of one-frame spoofed sources, each making a bucket (counted), takes the
+// buckets that would be full soonest, so a source still over its rate
+// keeps its state (its frames stay dropped) and the aggregate limit holds.
+func TestLimitSpoofedFlood(t *testing.T) {
+	opts := testOptions
+	opts.testClock = true
+	opts.LimitSources, opts.Bans = 64, 256
+	e := newTestEngine(t, opts)
+	start := time.Hour
+	setClock(t, e, start)
+	r := mustApply(t, e, kParse(t, "limit 10/s burst 5 per src udp dport 53\nlimit 1000/s burst 50 udp dport 54\n"))
+	heavy := frames.UDP4("203.0.113.9", "10.0.0.1", 1000, 53, 10).Bytes
+	agg := frames.UDP4("203.0.113.9", "10.0.0.1", 1000, 54, 10).Bytes
+	if got := passes(t, r, heavy, 20); got != 5 {
+		t.Fatalf("heavy source: %d of 20 passed, want its burst, 5", got)
+	}
+	if got := passes(t, r, agg, 60); got != 50 {
+		t.Fatalf("aggregate: %d of 60 passed, want 50", got)
+	}
+	const spoofed = 5000
+	for i := range spoofed {
+		at := start + time.Duration(i)*time.Microsecond // 5 ms in all
+		if i%100 == 0 {
+			setClock(t, e, at)
+		}
+		f := frames.UDP4(fmt.Sprintf("10.%d.%d.%d", i>>16, i>>8&255, i&255), "10.0.0.1", 1000, 53, 10).Bytes
+		if res, err := r.run(f); err != nil || res.Verdict != ActionPass {
+			t.Fatalf("spoofed source %d: %v %v, want pass (a fresh bucket)", i, res, err)
+		}
+	}
+	setClock(t, e, start+spoofed*time.Microsecond)
+	if got := passes(t, r, heavy, 10); got != 0 {
+		t.Errorf("heavy source after %d spoofed ones in a table of 64: %d of 10 passed, want 0 (its bucket kept)", spoofed, got)
+	}
+	if got := passes(t, r, agg, 10); got != 5 {
+		t.Errorf("aggregate after the flood: %d of 10 passed, want 5 (5 ms at 1000/s)", got)
+	}
+	c, err := e.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lc := c.Rules[0].Limit; lc == nil || lc.Sources != spoofed+1 || lc.Conform.Packets != spoofed+5 {
+		t.Errorf("per-source rule's counters %+v, want %d buckets made, %d conforming", lc, spoofed+1, spoofed+5)
 	}
 }

@@ -208,7 +208,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 14
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 15
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
@@ -226,6 +226,7 @@ const (
 	FastdropFdLayoutFD_POL_TIME_SHIFT  FastdropFdLayout = 4
 	FastdropFdLayoutFD_POL_BYTE_SHIFT  FastdropFdLayout = 16
 	FastdropFdLayoutFD_BAN_LENS        FastdropFdLayout = 4
+	FastdropFdLayoutFD_SRC_WAYS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_DIRECT          FastdropFdLayout = 65536
 	FastdropFdLayoutFD_FRONT_PORTS_N   FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N   FastdropFdLayout = 1024
@@ -398,6 +399,18 @@ type FastdropFdSrcKey struct {
 	Lo    uint64
 }
 
+type FastdropFdSrcSet struct {
+	_   structs.HostLayout
+	Way [4]struct {
+		_     structs.HostLayout
+		Hi    uint64
+		Lo    uint64
+		Id    uint32
+		Epoch uint32
+		Tat   uint64
+	}
+}
+
 type FastdropFdStamp struct {
 	_             structs.HostLayout
 	LayoutVersion uint32
@@ -474,6 +487,7 @@ const (
 	FastdropProgXdpFastdropTrace = "xdp_fastdrop_trace"
 	FastdropVarFdBtfAnchor       = "fd_btf_anchor"
 	FastdropVarFdCounterSlots    = "fd_counter_slots"
+	FastdropVarFdSrcSetsMask     = "fd_src_sets_mask"
 	FastdropVarFdTestClock       = "fd_test_clock"
 	FastdropVarFdTickNs          = "fd_tick_ns"
 	FastdropVarFdV6Cap           = "fd_v6_cap"
@@ -552,6 +566,7 @@ type FastdropMapSpecs struct {
 type FastdropVariableSpecs struct {
 	FdBtfAnchor    *ebpf.VariableSpec `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.VariableSpec `ebpf:"fd_counter_slots"`
+	FdSrcSetsMask  *ebpf.VariableSpec `ebpf:"fd_src_sets_mask"`
 	FdTestClock    *ebpf.VariableSpec `ebpf:"fd_test_clock"`
 	FdTickNs       *ebpf.VariableSpec `ebpf:"fd_tick_ns"`
 	FdV6Cap        *ebpf.VariableSpec `ebpf:"fd_v6_cap"`
@@ -620,6 +635,7 @@ func (m *FastdropMaps) Close() error {
 type FastdropVariables struct {
 	FdBtfAnchor    *ebpf.Variable `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.Variable `ebpf:"fd_counter_slots"`
+	FdSrcSetsMask  *ebpf.Variable `ebpf:"fd_src_sets_mask"`
 	FdTestClock    *ebpf.Variable `ebpf:"fd_test_clock"`
 	FdTickNs       *ebpf.Variable `ebpf:"fd_tick_ns"`
 	FdV6Cap        *ebpf.Variable `ebpf:"fd_v6_cap"`

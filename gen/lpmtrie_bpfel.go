@@ -156,6 +156,18 @@ type LpmtrieFdSrcKey struct {
 	Lo    uint64
 }
 
+type LpmtrieFdSrcSet struct {
+	_   structs.HostLayout
+	Way [4]struct {
+		_     structs.HostLayout
+		Hi    uint64
+		Lo    uint64
+		Id    uint32
+		Epoch uint32
+		Tat   uint64
+	}
+}
+
 type LpmtrieFdV4Sparse struct {
 	_   structs.HostLayout
 	Def uint32
@@ -190,6 +202,7 @@ const (
 	LpmtrieProgXdpLpmBaseline = "xdp_lpm_baseline"
 	LpmtrieVarFdBtfAnchor     = "fd_btf_anchor"
 	LpmtrieVarFdCounterSlots  = "fd_counter_slots"
+	LpmtrieVarFdSrcSetsMask   = "fd_src_sets_mask"
 	LpmtrieVarFdTestClock     = "fd_test_clock"
 	LpmtrieVarFdTickNs        = "fd_tick_ns"
 	LpmtrieVarFdV6Cap         = "fd_v6_cap"
@@ -270,6 +283,7 @@ type LpmtrieMapSpecs struct {
 type LpmtrieVariableSpecs struct {
 	FdBtfAnchor    *ebpf.VariableSpec `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.VariableSpec `ebpf:"fd_counter_slots"`
+	FdSrcSetsMask  *ebpf.VariableSpec `ebpf:"fd_src_sets_mask"`
 	FdTestClock    *ebpf.VariableSpec `ebpf:"fd_test_clock"`
 	FdTickNs       *ebpf.VariableSpec `ebpf:"fd_tick_ns"`
 	FdV6Cap        *ebpf.VariableSpec `ebpf:"fd_v6_cap"`
@@ -344,6 +358,7 @@ func (m *LpmtrieMaps) Close() error {
 type LpmtrieVariables struct {
 	FdBtfAnchor    *ebpf.Variable `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.Variable `ebpf:"fd_counter_slots"`
+	FdSrcSetsMask  *ebpf.Variable `ebpf:"fd_src_sets_mask"`
 	FdTestClock    *ebpf.Variable `ebpf:"fd_test_clock"`
 	FdTickNs       *ebpf.Variable `ebpf:"fd_tick_ns"`
 	FdV6Cap        *ebpf.Variable `ebpf:"fd_v6_cap"`
