@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -439,4 +440,64 @@ func decodeLimit(b []byte) (l *Limit, idx uint16, epoch uint32) {
 		l.Unit = UnitBytes
 	}
 	return l, le.Uint16(b[recLimPolice:]), epoch
+}
+
+// PinnedBans opens the ban table pinned in pinDir (see Open), for
+// CopyBans: a program loaded again (with bigger tables) keeps the bans of
+// the one it replaces. The caller closes it.
+func PinnedBans(pinDir string) (*ebpf.Map, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, gen.FastdropMapFdBans), nil)
+	if err != nil {
+		return nil, fmt.Errorf("fastdrop: open pinned map %s in %s: %w%s", gen.FastdropMapFdBans, pinDir, err, caps.Suffix(err, caps.Of(caps.BPF)))
+	}
+	return m, nil
+}
+
+// CopyBans copies the bans in force in from (another engine's ban table,
+// PinnedBans) into e's, and returns how many it copied. A ban keeps its
+// end, the frames it dropped and the rule that made it (by counter slot
+// and epoch: a rule of the same text in the new engine is not that rule,
+// so Bans shows no rule for it). Call it before Apply, so that the prefix
+// lengths the bans need are looked up, and again after the new program
+// replaced the old one, for bans made in between.
+func (e *Engine) CopyBans(from *ebpf.Map) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if from.ValueSize() != e.maps[gen.FastdropMapFdBans].ValueSize() {
+		return 0, fmt.Errorf("fastdrop: copy bans: the other program's bans are of another layout (%d bytes, not %d); they were not kept", from.ValueSize(), e.maps[gen.FastdropMapFdBans].ValueSize())
+	}
+	now, err := e.now()
+	if err != nil {
+		return 0, err
+	}
+	var k gen.FastdropFdSrcKey
+	var v gen.FastdropFdBan
+	var keys []gen.FastdropFdSrcKey
+	var vals []gen.FastdropFdBan
+	var end uint64
+	it := from.Iterate()
+	for it.Next(&k, &v) {
+		if v.Until <= now {
+			continue
+		}
+		keys, vals = append(keys, k), append(vals, v)
+		end = max(end, v.End)
+	}
+	if err := it.Err(); err != nil {
+		return 0, fmt.Errorf("fastdrop: read the bans to keep: %w%s", err, caps.Suffix(err, caps.Of(caps.BPF)))
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	// The gate first (struct fd_police: only ever raised), then the bans.
+	if err := raiseBanEnd(e.maps[gen.FastdropMapFdPolicers], end); err != nil {
+		return 0, fmt.Errorf("fastdrop: copy bans: %w", err)
+	}
+	m := e.maps[gen.FastdropMapFdBans]
+	for i := range keys {
+		if err := m.Update(&keys[i], &vals[i], ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+			return i, fmt.Errorf("fastdrop: copy ban of %s: %w%s", banSource(keys[i]), err, caps.Suffix(err, caps.Of(caps.BPF)))
+		}
+	}
+	return len(keys), nil
 }

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -136,4 +137,46 @@ func TestCLIBans(t *testing.T) {
 	r = cli(t, "unban", "--iface", v.Name, "not-an-address")
 	require.Equal(t, 2, r.code, r.stderr)
 	require.Contains(t, r.stderr, "not an IPv4 or IPv6 address")
+}
+
+// TestCLIBansOutliveReload: a ban outlives a reload with bigger tables
+// (the rules outgrew the first load's): the new program drops the banned
+// source's frames and bans lists it, time left and frames dropped kept.
+func TestCLIBansOutliveReload(t *testing.T) {
+	v := sandboxForCLI(t)
+	const rule = "limit 100/s burst 10 per src ban 1m udp dport 9"
+	r := cli(t, "drop", "--iface", v.Name, "--rules", writeRules(t, rule+"\npass udp\n"))
+	require.Equal(t, 0, r.code, r.stderr)
+	send(t, v, "100", "9")
+	require.Equal(t, uint64(100-11), statsJSON(t, v.Name).verdict("banned"), "banned after the burst")
+
+	// 300 /28s in 300 /24s: more tbl8 groups than the first load made.
+	var b strings.Builder
+	b.WriteString(rule + "\n")
+	for i := range 300 {
+		fmt.Fprintf(&b, "drop src 10.%d.%d.16/28\n", 1+i/256, i%256)
+	}
+	b.WriteString("pass udp\n")
+	r = cli(t, "drop", "--iface", v.Name, "--rules", writeRules(t, b.String()), "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, `"reloaded": true`)
+
+	var bans struct {
+		Bans []struct {
+			Source  string  `json:"source"`
+			Left    float64 `json:"left_seconds"`
+			Dropped uint64  `json:"dropped"`
+		} `json:"bans"`
+	}
+	r = cli(t, "bans", "--iface", v.Name, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &bans), r.stdout)
+	require.Len(t, bans.Bans, 1, "the ban survived the reload: %s", r.stdout)
+	require.InDelta(t, 60, bans.Bans[0].Left, 10)
+	require.Equal(t, uint64(100-11), bans.Bans[0].Dropped)
+
+	// The new program (its counters start from zero) drops the source's
+	// frames by the ban, other ports too.
+	send(t, v, "30", "53")
+	require.Equal(t, uint64(30), statsJSON(t, v.Name).verdict("banned"), "the new program keeps the ban")
 }
