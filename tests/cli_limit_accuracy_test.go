@@ -203,4 +203,3 @@ func TestCLILimitAccuracy(t *testing.T) {
 		require.LessOrEqual(t, per[len(per)-1], 1.5*c.rate, "%s: no source over 1.5x its rate", c.name)
 	}
 }
-
