@@ -126,7 +126,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 15,
+	FD_LAYOUT_VERSION = 16,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
@@ -165,7 +165,7 @@ enum fd_layout {
 	 * 2^-16 of that. */
 	FD_POLICE_MAX = 1024,
 	FD_POLICE_SIZE = 64,  /* struct fd_police */
-	FD_PCNT_SIZE = 32,    /* struct fd_pcnt */
+	FD_PCNT_SIZE = 40,    /* struct fd_pcnt */
 	FD_POL_TIME_SHIFT = 4,
 	FD_POL_BYTE_SHIFT = 16,
 	FD_BAN_LENS = 4,      /* distinct ban prefix lengths per family */
@@ -541,6 +541,9 @@ struct fd_pcnt {
 	__u64 exceed_bytes;
 	__u64 bans;
 	__u64 sources;
+	/* per-source buckets this rule's new sources took from other
+	 * sources (fd_pol_src: the set was full) */
+	__u64 evicted;
 };
 
 _Static_assert(sizeof(struct fd_pcnt) == FD_PCNT_SIZE, "fd_pcnt size");
@@ -1517,7 +1520,7 @@ static __always_inline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __
 	if (pe->flags & FD_LIM_PERSRC) {
 		struct fd_src_set *set;
 		struct fd_src_ent *w, *victim;
-		__u32 si;
+		__u32 si, evicted;
 		int i;
 
 		fd_src_mask(&k, family, hi, lo, family == 4 ? pe->len4 : pe->len6);
@@ -1546,6 +1549,7 @@ static __always_inline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __
 			 * tat is 0). Two CPUs doing this at once in one set
 			 * may take one way: then one source starts again
 			 * with a full bucket. */
+			evicted = victim->id != 0;
 			victim->id = 0;
 			victim->hi = k.hi;
 			victim->lo = k.lo;
@@ -1553,8 +1557,10 @@ static __always_inline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __
 			victim->tat = now + cost;
 			victim->id = k.id;
 			pc = fd_pcnt_of(key);
-			if (pc)
+			if (pc) {
 				pc->sources++;
+				pc->evicted += evicted;
+			}
 			return FD_ACT_PASS << FD_VAL_ACT_SHIFT | (pe->slot & FD_VAL_SLOT_MASK);
 		}
 	}

@@ -31,6 +31,7 @@ var layoutFingerprints = map[uint32]string{
 	13: "85d1ebeb1f2ce775", // comparisons on ttl, dscp, type, code: ttl_op, dscp_op, type_op, code_op
 	14: "5bc8446f977a62a7", // the policers on jiffies: fd_ban.end, fd_police.ban_end; fd_police, fd_pcnt, fd_src_key and fd_ban fingerprinted from here on
 	15: "c2d5760acd1ef215", // fd_pol_src a set-associative array of fd_src_set (fd_src_ent), FD_SRC_WAYS
+	16: "ba4a6e6e0af7e9af", // fd_pcnt.evicted (FD_PCNT_SIZE 40)
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

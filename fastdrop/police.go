@@ -177,6 +177,7 @@ func (e *Engine) pcntSums() ([]gen.FastdropFdPcnt, error) {
 			sums[i].ExceedBytes += binary.NativeEndian.Uint64(b[8:])
 			sums[i].Bans += binary.NativeEndian.Uint64(b[16:])
 			sums[i].Sources += binary.NativeEndian.Uint64(b[24:])
+			sums[i].Evicted += binary.NativeEndian.Uint64(b[32:])
 		}
 	}
 	return sums, nil
@@ -193,6 +194,9 @@ type LimitCounter struct {
 	// sources seen again after theirs was evicted (the table is of a
 	// fixed size, Options.LimitSources).
 	Sources uint64 `json:"sources"`
+	// Evicted counts the buckets of other sources that new sources of
+	// this rule took: the table was full where they hash to.
+	Evicted uint64 `json:"evicted"`
 }
 
 // split makes the counter of a limit rule's slot (every frame it matched)
@@ -201,7 +205,7 @@ func split(total Counter, pc gen.FastdropFdPcnt) LimitCounter {
 	ex := Counter{Packets: min(pc.ExceedPackets, total.Packets), Bytes: min(pc.ExceedBytes, total.Bytes)}
 	return LimitCounter{
 		Conform: Counter{Packets: total.Packets - ex.Packets, Bytes: total.Bytes - ex.Bytes},
-		Exceed:  ex, Bans: pc.Bans, Sources: pc.Sources,
+		Exceed:  ex, Bans: pc.Bans, Sources: pc.Sources, Evicted: pc.Evicted,
 	}
 }
 

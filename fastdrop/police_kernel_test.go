@@ -362,7 +362,8 @@ func TestLimitSpoofedFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lc := c.Rules[0].Limit; lc == nil || lc.Sources != spoofed+1 || lc.Conform.Packets != spoofed+5 {
-		t.Errorf("per-source rule's counters %+v, want %d buckets made, %d conforming", lc, spoofed+1, spoofed+5)
+	if lc := c.Rules[0].Limit; lc == nil || lc.Sources != spoofed+1 || lc.Conform.Packets != spoofed+5 ||
+		lc.Evicted < spoofed+1-64 || lc.Evicted > spoofed {
+		t.Errorf("per-source rule's counters %+v, want %d buckets made, %d conforming, %d to %d evicted", lc, spoofed+1, spoofed+5, spoofed+1-64, spoofed)
 	}
 }

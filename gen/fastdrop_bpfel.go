@@ -208,7 +208,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 15
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 16
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
@@ -222,7 +222,7 @@ const (
 	FastdropFdLayoutFD_SLOT_RULES      FastdropFdLayout = 16
 	FastdropFdLayoutFD_POLICE_MAX      FastdropFdLayout = 1024
 	FastdropFdLayoutFD_POLICE_SIZE     FastdropFdLayout = 64
-	FastdropFdLayoutFD_PCNT_SIZE       FastdropFdLayout = 32
+	FastdropFdLayoutFD_PCNT_SIZE       FastdropFdLayout = 40
 	FastdropFdLayoutFD_POL_TIME_SHIFT  FastdropFdLayout = 4
 	FastdropFdLayoutFD_POL_BYTE_SHIFT  FastdropFdLayout = 16
 	FastdropFdLayoutFD_BAN_LENS        FastdropFdLayout = 4
@@ -294,6 +294,7 @@ type FastdropFdPcnt struct {
 	ExceedBytes   uint64
 	Bans          uint64
 	Sources       uint64
+	Evicted       uint64
 }
 
 type FastdropFdPolice struct {
