@@ -4,8 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -202,4 +206,102 @@ func TestCLILimitAccuracy(t *testing.T) {
 		// and a jiffy come on top of the rate over the run.
 		require.LessOrEqual(t, per[len(per)-1], 1.5*c.rate, "%s: no source over 1.5x its rate", c.name)
 	}
+}
+
+// mapsMemlock adds up the kernel memory (fdinfo's memlock) of the maps
+// pinned for iface's fast drop.
+func mapsMemlock(t *testing.T, iface string) uint64 {
+	t.Helper()
+	att, err := loader.Open(iface, loader.DefaultPinRoot)
+	require.NoError(t, err)
+	defer att.Close()
+	ents, err := os.ReadDir(att.MapsDir())
+	require.NoError(t, err)
+	var total uint64
+	for _, e := range ents {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(att.MapsDir(), e.Name()), nil)
+		require.NoError(t, err)
+		info, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
+		m.Close()
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(line, "memlock:"); ok {
+				n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				require.NoError(t, err)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// TestCLILimitSpoofedMillion: 1,048,576 spoofed sources (16 runs of the
+// generator over 65,536 each, two frames a source) flood a per-source
+// limit while another generator floods an aggregate limit: the maps'
+// memory does not grow, the aggregate limit holds (within 10%), and the
+// per-source rule counts the buckets it made and the evictions.
+func TestCLILimitSpoofedMillion(t *testing.T) {
+	testenv.RequireBPFFS(t)
+	v := testenv.NewVeth(t, testenv.VethOptions{Queues: 2})
+	t.Cleanup(func() { _ = loader.DetachInterface(v.Name, loader.DetachOptions{}) })
+	const (
+		perSrc = "limit 10/s per src udp dport 9"
+		agg    = "limit 20000/s udp dport 10"
+	)
+	r := cli(t, "drop", "--iface", v.Name, "--rules", writeRules(t, perSrc+"\n"+agg+"\n"))
+	require.Equal(t, 0, r.code, r.stderr)
+	before := mapsMemlock(t, v.Name)
+
+	var aggSecs float64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cmd := exec.Command("taskset", "-c", "1", xdpdropBin, "gen", "--netns", v.NSName, "--iface", v.PeerName,
+			"--dport", "10", "--duration", "8s", "--quiet", "--json")
+		r := runCLI(t, cmd)
+		require.Equal(t, 0, r.code, r.stderr)
+		var g struct {
+			Seconds float64 `json:"seconds"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &g), r.stdout)
+		aggSecs = g.Seconds
+	}()
+	start := time.Now()
+	const runs = 16
+	for i := range runs {
+		r := runCLI(t, exec.Command("taskset", "-c", "0", xdpdropBin, "gen", "--netns", v.NSName, "--iface", v.PeerName,
+			"--src", fmt.Sprintf("10.%d.0.0", 64+i), "--flows", "65536", "--count", "131072", "--dport", "9", "--quiet"))
+		require.Equal(t, 0, r.code, r.stderr)
+	}
+	spoofTook := time.Since(start)
+	<-done
+	after := mapsMemlock(t, v.Name)
+
+	l := limitStats(t, v.Name, perSrc)
+	a := limitStats(t, v.Name, agg)
+	var full struct {
+		Rules []struct {
+			Rule  string `json:"rule"`
+			Limit *struct {
+				Sources uint64 `json:"sources"`
+				Evicted uint64 `json:"evicted"`
+			} `json:"limit"`
+		} `json:"rules"`
+	}
+	s := cli(t, "stats", "--iface", v.Name, "--json")
+	require.Equal(t, 0, s.code, s.stderr)
+	require.NoError(t, json.Unmarshal([]byte(s.stdout), &full), s.stdout)
+	var sources, evicted uint64
+	for _, x := range full.Rules {
+		if x.Rule == perSrc {
+			sources, evicted = x.Limit.Sources, x.Limit.Evicted
+		}
+	}
+	rate := float64(a.Limit.Conform.Packets) / aggSecs
+	t.Logf("spoofed: %d sources in %v, %d conformed, %d exceeded; %d buckets made, %d evicted; maps' memory %d bytes before, %d after; aggregate %.0f/s over %.1fs",
+		runs*65536, spoofTook.Round(time.Millisecond), l.Limit.Conform.Packets, l.Limit.Exceed.Packets, sources, evicted, before, after, rate, aggSecs)
+	require.Equal(t, before, after, "the maps' memory does not grow")
+	require.GreaterOrEqual(t, sources, uint64(runs*65536), "a bucket for each source")
+	require.GreaterOrEqual(t, evicted, uint64(runs*65536-(1<<17)), "the table (131,072 buckets) is full: the rest evicted")
+	require.InEpsilon(t, 20000, rate, 0.10, "the aggregate limit holds through the flood")
 }
