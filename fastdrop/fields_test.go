@@ -73,10 +73,10 @@ func TestMatchFields(t *testing.T) {
 			}
 		}
 	}
-	if got, want := wantFieldsText(), "want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, len, port, or tcp, udp, icmp, icmpv6"; got != want {
+	if got, want := wantFieldsText(), "want src, dst, proto, sport, dport, ether, frag, ttl, flags, queue, dscp, type, code, len, port, flowlabel, or tcp, udp, icmp, icmpv6"; got != want {
 		t.Errorf("wantFieldsText() = %q, want %q", got, want)
 	}
-	if got, want := ipFieldList(), "src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len or port"; got != want {
+	if got, want := ipFieldList(), "src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len, port or flowlabel"; got != want {
 		t.Errorf("ipFieldList() = %q, want %q", got, want)
 	}
 }

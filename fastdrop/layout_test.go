@@ -29,9 +29,10 @@ var layoutFingerprints = map[uint32]string{
 	11: "22bfda53491a9f6c", // port (source or destination): port_lo, port_hi
 	12: "22bfda53491a9f6c", // len_op 0 is no len field (enum fd_cmp from 1), which BTF does not show
 	13: "85d1ebeb1f2ce775", // comparisons on ttl, dscp, type, code: ttl_op, dscp_op, type_op, code_op
-	14: "5bc8446f977a62a7", // the policers on jiffies: fd_ban.end, fd_police.ban_end; fd_police, fd_pcnt, fd_src_key and fd_ban fingerprinted from here on
-	15: "c2d5760acd1ef215", // fd_pol_src a set-associative array of fd_src_set (fd_src_ent), FD_SRC_WAYS
-	16: "ba4a6e6e0af7e9af", // fd_pcnt.evicted (FD_PCNT_SIZE 40)
+	14: "c460f06915a19747", // value lists and negated lists: FD_REC_LISTS and fd_rule_lists; comparison records keep the value written
+	15: "997b794210afaf1b", // flowlabel: a direct field of 20 bits, FD_REC_FLOWLABEL
+	// 14-16 were h/police's before it merged main's 14 and 15: never released.
+	17: "4611f0412542e26c", // the policers on jiffies (fd_ban.end, fd_police.ban_end), fd_pol_src a set-associative array (fd_src_set, fd_src_ent, FD_SRC_WAYS), fd_pcnt.evicted; fd_police, fd_pcnt, fd_src_key, fd_ban fingerprinted from here on
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.
