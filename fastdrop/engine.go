@@ -336,6 +336,16 @@ type Engine struct {
 	// retireHook, if set (tests), sees the final counts of each removed
 	// rule's slot.
 	retireHook func(slot uint32, c Counter)
+	// publishHook, if set (tests), runs in the middle of a change: the
+	// records of the new rules written, the flip not made yet.
+	publishHook func()
+	// locked: a change holds the pin directory's lock (change). Only
+	// then may loadLocked free what a change that did not finish left:
+	// without the lock, that may be another process's change going on.
+	locked bool
+	// unfreed: loadLocked found such records without the lock and left
+	// them; the next change reads the rule set again, under the lock.
+	unfreed bool
 	// fullWrite: the halves may differ from the mirrors (after Open, or
 	// after a failed change): the next commit writes every table whole.
 	fullWrite bool
@@ -1201,6 +1211,11 @@ func (e *Engine) change(make func() (*plan, error)) error {
 		}
 		defer unix.Flock(int(e.lockDir.Fd()), unix.LOCK_UN)
 	}
+	e.locked = true
+	defer func() { e.locked = false }()
+	if e.unfreed {
+		e.loaded = false // read again, and free them, under the lock
+	}
 	if err := e.refreshLocked(); err != nil {
 		return err
 	}
@@ -1268,7 +1283,23 @@ func (e *Engine) refreshLocked() error {
 	if e.loaded && st.Generation == e.generation && st.Active == e.active {
 		return nil
 	}
-	return e.loadLocked()
+	if e.lockDir == nil || e.locked {
+		return e.loadLocked()
+	}
+	// Without the lock another process may flip while the records are
+	// read: read them again until the generation stayed the same.
+	for try := 0; ; try++ {
+		if err := e.loadLocked(); err != nil || try == 10 {
+			return err
+		}
+		st, err := e.readState()
+		if err != nil {
+			return err
+		}
+		if st.Generation == e.generation && st.Active == e.active {
+			return nil
+		}
+	}
 }
 
 // The state is at the start of fd_main, and half h's fd_conf at the start
@@ -1480,11 +1511,30 @@ func (e *Engine) loadLocked() error {
 		}
 	}
 	// Free what a change that did not finish left (rules of a generation
-	// that never came, or gone but not freed), counters too.
+	// that never came, or gone but not freed), counters too; but only
+	// holding the lock: without it (a reader: rules list, stats, the
+	// agent's look at what is in force), the records of a generation not
+	// come yet are another process's change going on, and freeing them
+	// would take its new rules' records (and counters) away under it.
+	e.unfreed = false
+	if e.lockDir != nil && !e.locked && len(stale) > 0 {
+		e.unfreed = true
+		stale = nil
+		// Their slots are not free for this engine's changes either
+		// (change reads the rules again first).
+	}
 	var zero [recSize]byte
+	freed := make([]recWrite, 0, len(stale))
 	for _, s := range stale {
 		if _, err := e.mem.rules.WriteAt(zero[:], int64(s)*int64(recSize)); err != nil {
 			return fmt.Errorf("fastdrop: clear rule record: %w", err)
+		}
+		freed = append(freed, recWrite{slot: s})
+	}
+	if len(freed) > 0 {
+		// Their lists too, if they had any (after the records).
+		if err := e.deleteLists(freed); err != nil {
+			return err
 		}
 	}
 	if err := e.zeroSlots(stale); err != nil {
@@ -1822,6 +1872,9 @@ func (e *Engine) publishLocked(p *plan, oldRules []Rule, oldSlots []uint32) erro
 	}
 	for _, i := range added {
 		e.genOf[e.slots[i]] = next
+	}
+	if e.publishHook != nil {
+		e.publishHook()
 	}
 
 	// The new tbl8 groups first: the tables written next point to them;
