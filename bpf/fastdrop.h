@@ -247,7 +247,8 @@ enum fd_layout {
 
 	/* fd_conf.features: what of the rule set in force needs more than
 	 * the plain path (fd_run): compound rules that use a field beyond
-	 * FD_FLD_PLAIN, limit rules, bans to look up, late rules. With none
+	 * FD_FLD_PLAIN, limit rules, bans to look up, late rules while there
+	 * are prefix rules (without, a late rule is judged as any other). With none
 	 * of them and no capture (fd_main.cap_active 0), a frame takes the
 	 * plain path, which has no code for any of them: one test of
 	 * (features | cap_active) is all they cost a frame that needs none

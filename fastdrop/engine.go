@@ -1839,7 +1839,9 @@ func features(c *gen.FastdropFdConf) uint32 {
 	if c.Ban4 != 0 || c.Ban6 != 0 {
 		f |= uint32(gen.FastdropFdLayoutFD_FEAT_BANS)
 	}
-	if c.LateFrom < c.Ncompound {
+	// Late rules come after the prefix rules: with none, they are
+	// judged as any other compound rule.
+	if c.LateFrom < c.Ncompound && c.V4Count+c.V6Count != 0 {
 		f |= uint32(gen.FastdropFdLayoutFD_FEAT_LATE)
 	}
 	return f
