@@ -46,6 +46,12 @@ type Agent struct {
 	start  time.Time
 	swaps  uint64
 
+	// inherited: the FlowSpec rules a previous agent left in force, by
+	// interface, kept until inheritUntil (the stale time after start)
+	// unless the routes held cover them first (see inheritedFor).
+	inherited    map[string][]fastdrop.Rule
+	inheritUntil time.Time
+
 	// trCache holds the translation of every route held, by family, NLRI
 	// and actions: a route is translated once, not at every reconcile.
 	// Only the reconcile (one goroutine) uses it.
@@ -106,6 +112,9 @@ type ifaceState struct {
 	bgpWant  []string          // the FlowSpec rules wanted (before collisions)
 	bgpRules int               // rules in force
 	bgpKeys  map[string]string // routes refused here (collisions), by routeKey: the reason
+	// inherited: how many of the BGP half's rules in force are a previous
+	// agent's, kept for the stale time (0: none).
+	inherited int
 }
 
 // New checks cfg and makes an agent; nothing is touched until Run.
@@ -183,6 +192,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); <-ctx.Done(); srv.Close() }()
 	}
 	a.readFiles("start")
+	a.inherit()
 	a.reconcile()
 	if a.bgp != nil {
 		if err := a.bgp.start(ctx); err != nil {
@@ -250,6 +260,11 @@ func (a *Agent) armStale(t *time.Timer) {
 			d = max(time.Until(next), time.Millisecond)
 		}
 	}
+	a.mu.Lock()
+	if len(a.inherited) > 0 {
+		d = min(d, max(time.Until(a.inheritUntil), time.Millisecond))
+	}
+	a.mu.Unlock()
 	t.Reset(d)
 }
 
@@ -477,6 +492,9 @@ func (a *Agent) reconcileBGP(ic InterfaceConfig, routes []RouteStatus, rules []f
 	for i := range rules {
 		want[i] = rules[i].String()
 	}
+	if a.inheritedFor(ic.Name, want) {
+		return // a previous agent's rules stay in force for now
+	}
 	a.mu.Lock()
 	st := a.ifaces[ic.Name]
 	same := st.bgpIn && slices.Equal(st.bgpWant, want)
@@ -519,6 +537,7 @@ func (a *Agent) reconcileBGP(ic InterfaceConfig, routes []RouteStatus, rules []f
 	a.mu.Lock()
 	retryFiles := st.refusedByBGP
 	st.bgpIn, st.bgpWant, st.bgpKeys, st.bgpRules, st.err = true, want, out, len(rs.Rules), nil
+	st.inherited = 0
 	a.applied(st, res)
 	a.mu.Unlock()
 	if !res.Noop {
@@ -527,6 +546,102 @@ func (a *Agent) reconcileBGP(ic InterfaceConfig, routes []RouteStatus, rules []f
 	if retryFiles {
 		a.reconcileFiles(ic, true) // the FlowSpec rule that held a file rule's prefix may be gone
 	}
+}
+
+// originReader is a dataplane that can say which rules of an origin are
+// in force on an interface (nil, nil: none, or nothing attached).
+type originReader interface {
+	originRules(ic InterfaceConfig, origin string) ([]fastdrop.Rule, error)
+}
+
+// inherit takes note of the FlowSpec rules a previous agent left in force
+// (it was stopped, killed or restarted; the rules stay when it goes): they
+// are kept for the stale time, as graceful restart keeps a restarting
+// neighbour's routes, instead of being cleared by the first swap, which
+// comes before any session is up. They are not routes any more (their
+// NLRI is not in the rules), so they are kept as they are, in their
+// order, and no rule is put among them: the interface's FlowSpec rules
+// stay exactly those until the routes held cover every one of them (the
+// neighbours announced them again: the new rules go in at once, in RFC
+// 8955 order) or the stale time ends (the rules of the routes held then
+// replace them). Without a stale time they are cleared at once.
+func (a *Agent) inherit() {
+	if a.bgp == nil || a.cfg.BGP.StaleTime <= 0 {
+		return
+	}
+	rd, ok := a.plane.(originReader)
+	if !ok {
+		return
+	}
+	until := time.Now().Add(a.cfg.BGP.StaleTime)
+	for _, ic := range a.cfg.Interfaces {
+		if !a.cfg.appliesFlowSpec(ic.Name) {
+			continue
+		}
+		rules, err := rd.originRules(ic, OriginFlowSpec)
+		if err != nil {
+			a.log.Warn("the FlowSpec rules in force could not be read: the first swap replaces them", "interface", ic.Name, "error", err)
+			continue
+		}
+		if len(rules) == 0 {
+			continue
+		}
+		a.mu.Lock()
+		if a.inherited == nil {
+			a.inherited = map[string][]fastdrop.Rule{}
+		}
+		a.inherited[ic.Name], a.inheritUntil = rules, until
+		a.mu.Unlock()
+		a.log.Info("FlowSpec rules of a previous agent kept for the stale time", "interface", ic.Name, "origin", OriginFlowSpec, "rules", len(rules), "stale_time", a.cfg.BGP.StaleTime.String(), "until", until.Format(time.RFC3339))
+	}
+}
+
+// inheritedFor reports whether the FlowSpec rules a previous agent left
+// on iface stay in force instead of want (the rules of the routes held,
+// in order): until the stale time ends, unless want has every one of
+// them (then want is put in force as usual). While they stay, status
+// counts them as the interface's FlowSpec rules in force.
+func (a *Agent) inheritedFor(iface string, want []string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	inh, ok := a.inherited[iface]
+	if !ok {
+		return false
+	}
+	why := ""
+	if !time.Now().Before(a.inheritUntil) {
+		why = "the stale time ended"
+	} else {
+		left := map[string]int{}
+		for _, w := range want {
+			left[w]++
+		}
+		covered := true
+		for i := range inh {
+			k := inh[i].String()
+			if left[k] == 0 {
+				covered = false
+				break
+			}
+			left[k]--
+		}
+		if covered {
+			why = "the routes held have every one of them"
+		}
+	}
+	st := a.ifaces[iface]
+	if why != "" {
+		delete(a.inherited, iface)
+		a.log.Info("FlowSpec rules of a previous agent replaced", "interface", iface, "rules", len(inh), "why", why, "rules_now", len(want))
+		return false
+	}
+	texts := make([]string, len(inh))
+	for i := range inh {
+		texts[i] = inh[i].String()
+	}
+	// In force already: the same rules wanted later need no swap.
+	st.bgpIn, st.bgpWant, st.bgpRules, st.inherited = true, texts, len(inh), len(inh)
+	return true
 }
 
 // markRefused marks the routes refused on an interface (out, by
@@ -633,7 +748,7 @@ func (a *Agent) flowSpecRules(fileCompound int) ([]RouteStatus, []fastdrop.Rule,
 		ck := c.st.Family + " " + h.key + " " + h.actions
 		ct, ok := a.trCache[ck]
 		if !ok {
-			ct.tr, ct.err = Translate(h.route, TranslateOptions{MaxRules: a.cfg.BGP.MaxRulesPerRoute})
+			ct.tr, ct.err = Translate(h.route, TranslateOptions{MaxRules: a.cfg.BGP.MaxRulesPerRoute, SampleOneIn: a.cfg.BGP.SampleOneIn})
 		}
 		cache[ck] = ct
 		tr, err := ct.tr, ct.err

@@ -26,7 +26,6 @@ type speaker struct {
 	log      *slog.Logger
 	onChange func()
 	srv      *server.BgpServer
-	sync     chan struct{}
 
 	mu      sync.Mutex
 	started bool // start has returned (tests wait for it: gobgp sets package variables when it starts)
@@ -53,7 +52,7 @@ type heldRoute struct {
 }
 
 func newSpeaker(cfg *BGPConfig, log *slog.Logger, onChange func()) *speaker {
-	s := &speaker{cfg: cfg, log: log, onChange: onChange, peers: map[string]*peerState{}, sync: make(chan struct{}, 1)}
+	s := &speaker{cfg: cfg, log: log, onChange: onChange, peers: map[string]*peerState{}}
 	for _, n := range cfg.Neighbors {
 		s.peers[n.Address] = &peerState{cfg: n, state: "idle", since: time.Now(), routes: map[string]heldRoute{}, stale: map[string]heldRoute{}}
 		s.order = append(s.order, n.Address)
@@ -93,19 +92,20 @@ func (s *speaker) start(ctx context.Context) error {
 		Peer:  &api.WatchEventRequest_Peer{},
 		Table: &api.WatchEventRequest_Table{Filters: []*api.WatchEventRequest_Table_Filter{{Type: api.WatchEventRequest_Table_Filter_ADJIN, Init: true}}},
 	}, func(r *api.WatchEventResponse) {
+		// One goroutine delivers the events in order: a session's state
+		// changes and the paths of each UPDATE received (announcements
+		// and withdrawals), so the routes held follow them one by one.
 		if p := r.GetPeer(); p != nil && p.GetPeer() != nil {
 			s.peerEvent(p.GetPeer())
 		}
-		select {
-		case s.sync <- struct{}{}:
-		default:
+		if t := r.GetTable(); t != nil && len(t.Paths) > 0 {
+			s.pathsEvent(t.Paths)
 		}
 	})
 	if err != nil {
 		s.stop()
 		return fmt.Errorf("follow BGP events: %w", err)
 	}
-	go s.syncLoop(ctx)
 	s.mu.Lock()
 	s.started = true
 	s.mu.Unlock()
@@ -188,77 +188,59 @@ func (s *speaker) peerEvent(p *api.Peer) {
 	s.onChange()
 }
 
-// syncLoop lists the Adj-RIB-In of each established neighbour after
-// events: what it holds is what the neighbour announced and has not
-// withdrawn.
-func (s *speaker) syncLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.sync:
+// pathsEvent applies the paths of UPDATEs received (the Adj-RIB-In's
+// changes, as the watch delivers them): an announcement puts the route in
+// its neighbour's routes (replacing one with the same NLRI: an implicit
+// withdrawal), a withdrawal takes it out. A route announced again is not
+// stale any more. Only the paths of an established session count: one
+// that went down has its routes stale already (peerEvent).
+func (s *speaker) pathsEvent(paths []*api.Path) {
+	changed := false
+	s.mu.Lock()
+	for _, p := range paths {
+		addr := p.GetNeighborIp()
+		ps := s.peers[addr]
+		if ps == nil || ps.state != "established" || p.GetNlri() == nil {
+			continue // not a neighbour's, or an End-of-RIB marker
 		}
-		changed := false
-		for _, addr := range s.order {
-			s.mu.Lock()
-			ps := s.peers[addr]
-			up := ps.state == "established"
-			fams := ps.cfg.Families
-			s.mu.Unlock()
-			if !up {
+		if p.IsWithdraw {
+			key, ok := s.nlriKey(addr, p)
+			if !ok {
 				continue
 			}
-			got := map[string]heldRoute{}
-			for _, f := range fams {
-				err := s.srv.ListPath(ctx, &api.ListPathRequest{TableType: api.TableType_ADJ_IN, Name: addr, Family: flowSpecFamily(f)}, func(d *api.Destination) {
-					for _, p := range d.Paths {
-						if h, ok := s.held(addr, p); ok {
-							got[h.key] = h
-						}
-					}
-				})
-				if err != nil && ctx.Err() == nil {
-					s.log.Warn("list BGP routes", "neighbor", addr, "error", err)
-				}
-			}
-			s.mu.Lock()
-			if ps.state == "established" && !sameKeys(ps.routes, got) || !sameActions(ps.routes, got) {
-				ps.routes = got
+			if _, held := ps.routes[key]; held {
+				delete(ps.routes, key)
 				changed = true
 			}
-			for k := range got { // announced again: fresh
-				if _, ok := ps.stale[k]; ok {
-					delete(ps.stale, k)
-					changed = true
-				}
-			}
-			s.mu.Unlock()
+			continue
 		}
-		if changed {
-			s.onChange()
+		h, ok := s.held(addr, p)
+		if !ok {
+			continue
 		}
+		if old, held := ps.routes[h.key]; !held || old.actions != h.actions {
+			changed = true
+		}
+		ps.routes[h.key] = h
+		if _, ok := ps.stale[h.key]; ok { // announced again: fresh
+			delete(ps.stale, h.key)
+			changed = true
+		}
+	}
+	s.mu.Unlock()
+	if changed {
+		s.onChange()
 	}
 }
 
-func sameKeys(a, b map[string]heldRoute) bool {
-	if len(a) != len(b) {
-		return false
+// nlriKey is the key of a path's NLRI (as held uses).
+func (s *speaker) nlriKey(addr string, p *api.Path) (string, bool) {
+	nlri, err := apiutil.GetNativeNlri(p)
+	if err != nil {
+		s.log.Warn("FlowSpec withdrawal not decoded", "neighbor", addr, "error", err)
+		return "", false
 	}
-	for k := range a {
-		if _, ok := b[k]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
-func sameActions(a, b map[string]heldRoute) bool {
-	for k, r := range a {
-		if o, ok := b[k]; ok && o.actions != r.actions {
-			return false
-		}
-	}
-	return true
+	return nlri.String(), true
 }
 
 // held converts a gobgp path into a route.

@@ -96,8 +96,12 @@ type BGPConfig struct {
 	// MaxRulesPerRoute caps how many rules one route may expand into
 	// (a route whose components hold several ranges becomes one rule per
 	// combination where the rule language has no lists). Default 64.
-	MaxRulesPerRoute int              `yaml:"max_rules_per_route"`
-	Neighbors        []NeighborConfig `yaml:"neighbors"`
+	MaxRulesPerRoute int `yaml:"max_rules_per_route"`
+	// SampleOneIn is the N of the sample modifier (`sample 1/N`,
+	// docs/RULES.md) that a route's traffic-action sample bit puts on
+	// its rules. Default DefaultSampleOneIn.
+	SampleOneIn uint32           `yaml:"sample_one_in"`
+	Neighbors   []NeighborConfig `yaml:"neighbors"`
 }
 
 // NeighborConfig is one BGP neighbour.
@@ -274,6 +278,12 @@ func (b *BGPConfig) check(ifaces map[string]bool) error {
 	}
 	if b.MaxRulesPerRoute < 1 {
 		return errors.New("max_rules_per_route must be at least 1")
+	}
+	if b.SampleOneIn == 0 {
+		b.SampleOneIn = DefaultSampleOneIn
+	}
+	if b.SampleOneIn > fastdrop.MaxSample {
+		return fmt.Errorf("sample_one_in %d: want 1-%d", b.SampleOneIn, fastdrop.MaxSample)
 	}
 	if len(b.Neighbors) == 0 {
 		return errors.New("no neighbors: give at least one (address and as)")

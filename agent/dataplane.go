@@ -147,7 +147,10 @@ func (k *kernelPlane) apply(ic InterfaceConfig, origin string, rs *fastdrop.Rule
 				return res, nil
 			}
 		}
-		res.Reloaded, err = applyOrigin(att, oe.eng, origin, rs)
+		// One swap: ApplyOrigin adds and deletes only the rules that
+		// changed (a BGP batch costs what its routes cost, not what a
+		// million file rules of the other origin would), atomically.
+		res.Reloaded, err = dropctl.ApplyOrigin(att, oe.eng, origin, rs)
 		switch {
 		case res.Reloaded: // ApplyOrigin closed the engine: another program runs now
 			delete(k.engines, ic.Name)
@@ -189,6 +192,32 @@ func (k *kernelPlane) apply(ic InterfaceConfig, origin string, rs *fastdrop.Rule
 	}
 	defer att.Close()
 	return applied{Mode: att.Mode().String(), Attached: true, Policy: policyText(whole)}, nil
+}
+
+// originRules returns the rules of origin in force on ic's interface
+// (none if nothing is attached there), keeping the engine open for the
+// swaps to come.
+func (k *kernelPlane) originRules(ic InterfaceConfig, origin string) ([]fastdrop.Rule, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	lk, err := loader.LockInterface(k.pinRoot, ic.Name, k.cfg.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Unlock()
+	att, err := dropctl.OpenAttachment(ic.Name, k.pinRoot)
+	if errors.Is(err, loader.ErrNotPinned) || errors.Is(err, loader.ErrStale) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer att.Close()
+	oe, err := k.engine(att)
+	if err != nil {
+		return nil, err
+	}
+	return oe.eng.OriginRules(origin)
 }
 
 // enginePolicy is the policy/malformed of the rule set in force.
@@ -243,64 +272,4 @@ func (k *kernelPlane) close() {
 	for name := range k.engines {
 		k.forget(name)
 	}
-}
-
-// maxIncremental is the most rules of an origin (before and after) that
-// a swap puts in force by adding and deleting rules rather than by
-// replacing the origin's: the FlowSpec origin (at most the compound table
-// of rules), not a rule file's million.
-const maxIncremental = 4096
-
-// applyOrigin puts rs in force as origin's rules, as dropctl.ApplyOrigin
-// does. When rs is origin's rules in force with some removed and some
-// appended (a burst of announcements and withdrawals, mostly), it adds
-// the new rules and then deletes the gone ones: each a change that costs
-// what its few rules cost, where ApplyOrigin builds and checks the whole
-// rule set of every origin (seconds, beside a million file rules). A
-// rule of both is never out of force; one announced and one withdrawn
-// are both in force for a moment, the older first.
-func applyOrigin(att *loader.Attachment, eng *fastdrop.Engine, origin string, rs *fastdrop.RuleSet) (reloaded bool, err error) {
-	if rs.Policy != 0 || rs.Malformed != 0 || len(rs.Rules) > maxIncremental {
-		return dropctl.ApplyOrigin(att, eng, origin, rs)
-	}
-	cur, err := eng.OriginRules(origin)
-	if err != nil || len(cur) > maxIncremental {
-		return dropctl.ApplyOrigin(att, eng, origin, rs)
-	}
-	want := make(map[string]int, len(rs.Rules))
-	for i := range rs.Rules {
-		want[rs.Rules[i].String()]++
-	}
-	var kept []string
-	var gone []fastdrop.Rule
-	for i := range cur {
-		k := cur[i].String()
-		if want[k] > 0 {
-			want[k]--
-			kept = append(kept, k)
-		} else {
-			gone = append(gone, cur[i])
-		}
-	}
-	for i, k := range kept { // the kept rules first, in their order
-		if rs.Rules[i].String() != k {
-			return dropctl.ApplyOrigin(att, eng, origin, rs)
-		}
-	}
-	added := make([]fastdrop.Rule, 0, len(rs.Rules)-len(kept))
-	for _, r := range rs.Rules[len(kept):] {
-		r.Origin = origin
-		added = append(added, r)
-	}
-	if len(added) > 0 {
-		if reloaded, err := dropctl.ReloadIfFull(att, eng, eng.Add(added...), func() (*fastdrop.RuleSet, error) {
-			return dropctl.WithOrigin(eng, origin, rs)
-		}); reloaded || err != nil {
-			return reloaded, err
-		}
-	}
-	if len(gone) > 0 {
-		return false, eng.Delete(gone...)
-	}
-	return false, nil
 }

@@ -45,6 +45,9 @@ type InterfaceStatus struct {
 	BGPOrigin  string `json:"bgp_origin"`       // the origin of the FlowSpec rules (agent:flowspec)
 	FileRules  int    `json:"file_rules"`       // in force from rule files and inline rules
 	BGPRules   int    `json:"bgp_rules"`        // in force from FlowSpec routes
+	// InheritedRules of BGPRules are a previous agent's, kept for the
+	// stale time after a restart (docs/AGENT.md, Restarts).
+	InheritedRules int `json:"inherited_rules,omitempty"`
 	// RefusedRules are file rules not installed, with the reason: their
 	// prefix is a prefix rule of another origin already (at most 100
 	// listed; Refused counts them all).
@@ -109,7 +112,7 @@ func (a *Agent) Status() Status {
 		inForce := st.fileIn && st.bgpIn
 		is := InterfaceStatus{Name: ic.Name, InForce: inForce, Mode: st.mode, Policy: st.policy,
 			FileOrigin: OriginFiles, BGPOrigin: OriginFlowSpec, FileRules: st.fileRules, BGPRules: st.bgpRules,
-			RefusedRules: st.refused, Refused: st.nrefused, Applied: st.applied}
+			InheritedRules: st.inherited, RefusedRules: st.refused, Refused: st.nrefused, Applied: st.applied}
 		if st.err != nil {
 			is.Error = st.err.Error()
 		}

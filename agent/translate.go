@@ -56,6 +56,9 @@ type Translation struct {
 type TranslateOptions struct {
 	// MaxRules caps the rules one route may expand into (default 64).
 	MaxRules int
+	// SampleOneIn is the N of `sample 1/N` for a route with the
+	// traffic-action sample bit (default DefaultSampleOneIn).
+	SampleOneIn uint32
 }
 
 // FlowSpec component types (RFC 8955 section 4.2.2, RFC 8956 section 3).
@@ -126,9 +129,8 @@ type alt []term
 
 type part struct{ compact, expanded []alt }
 
-// Translate turns a route into rules, or returns an error wrapping
-// ErrRefused that says why it cannot be expressed exactly.
-func Translate(r Route, opts TranslateOptions) (Translation, error) {
+// translate is Translate but for the sample bit.
+func translate(r Route, opts TranslateOptions) (Translation, error) {
 	if opts.MaxRules <= 0 {
 		opts.MaxRules = 64
 	}
@@ -665,10 +667,7 @@ func translateActions(ecs []bgp.ExtendedCommunityInterface) (verdict string, con
 			}
 			continue
 		case *bgp.TrafficActionExtended:
-			if v.Sample {
-				return "", false, refusef("traffic-action sample: the rule language has no sampling yet")
-			}
-			continues = v.Terminal
+			continues = v.Terminal // the sample bit: see Translate
 			continue
 		case *bgp.TrafficRemarkExtended:
 			return "", false, refusef("traffic-marking (DSCP %d): xdpdrop does not rewrite packets", v.DSCP)

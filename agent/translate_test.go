@@ -150,7 +150,7 @@ func TestTranslateRefused(t *testing.T) {
 	}{
 		{"redirect to VRF", Route{4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, []bgp.ExtendedCommunityInterface{bgp.NewRedirectTwoOctetAsSpecificExtended(65000, 100)}}, "redirect to VRF"},
 		{"DSCP marking", Route{4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, []bgp.ExtendedCommunityInterface{bgp.NewTrafficRemarkExtended(46)}}, "traffic-marking"},
-		{"sample", Route{4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, append(discard(), bgp.NewTrafficActionExtended(false, true))}, "sample"},
+		{"sample and go on", Route{4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, []bgp.ExtendedCommunityInterface{bgp.NewTrafficActionExtended(true, true)}}, "traffic-action sample with the terminal-action bit"},
 		{"two rates", Route{4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, append(discard(), bgp.NewTrafficRateExtended(0, 0))}, "2 traffic-rate actions"},
 		{"IPv6 offset", Route{6, []bgp.FlowSpecComponentInterface{dst6("::1:0:0:0/64", 32)}, discard()}, "offset 32"},
 		{"unknown component", Route{4, []bgp.FlowSpecComponentInterface{&bgp.FlowSpecUnknown{Value: []byte{14, 0x81, 1}}}, discard()}, "unknown component type 14"},

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -699,11 +701,25 @@ func (e *Engine) Apply(rs *RuleSet) error {
 // their Origin (set in rs.Rules itself). rs.Policy and rs.Malformed, where not zero, become the
 // program's policy and malformed verdict; zero leaves them as they are.
 // An empty rs removes the origin's rules.
+//
+// The change is made as Add and Delete make theirs: the origin's rules in
+// force are matched with rs's (same text, or same prefix, action and
+// sample for prefix rules), and only the rules added and removed are
+// checked, compiled and written, so a change of a few rules costs about
+// what those rules cost, not what the other origins' million do. Only
+// when most of the rule set changes is it put in force as a whole set.
 func (e *Engine) ApplyOrigin(origin string, rs *RuleSet) error {
 	if err := ValidateOrigin(origin); err != nil {
 		return fmt.Errorf("fastdrop: %w", err)
 	}
+	for i := range rs.Rules {
+		rs.Rules[i].Origin = origin
+	}
 	return e.change(func() (*plan, error) {
+		policy, malformed := actionOr(rs.Policy, e.policy), actionOr(rs.Malformed, e.malformed)
+		if p := e.planOrigin(origin, rs.Rules, policy, malformed); p != nil {
+			return p, nil
+		}
 		others := 0
 		for i := range e.rules {
 			if e.rules[i].Origin != origin {
@@ -714,9 +730,6 @@ func (e *Engine) ApplyOrigin(origin string, rs *RuleSet) error {
 		if others == 0 {
 			// Nothing to keep: the plan takes rs's slice, as Apply does,
 			// instead of a copy (a million rules are 160 MB each time).
-			for i := range rs.Rules {
-				rs.Rules[i].Origin = origin
-			}
 			rules = rs.Rules
 		} else {
 			rules = make([]Rule, 0, others+len(rs.Rules))
@@ -725,13 +738,179 @@ func (e *Engine) ApplyOrigin(origin string, rs *RuleSet) error {
 					rules = append(rules, e.rules[i])
 				}
 			}
-			for _, r := range rs.Rules {
-				r.Origin = origin
-				rules = append(rules, r)
+			rules = append(rules, rs.Rules...)
+		}
+		return e.planApply(rules, policy, malformed), nil
+	})
+}
+
+// originKey is what matches a rule of an origin in force with one of its
+// new rules (as sameRule does): a prefix rule's prefix, action and
+// sample modifier; a compound rule's text.
+type originKey struct {
+	src    netip.Prefix
+	action Action
+	sample uint32
+	text   string
+}
+
+func originKeyOf(r *Rule) originKey {
+	if r.IsPrefixOnly() {
+		return originKey{src: r.Src, action: r.Action, sample: r.Sample}
+	}
+	return originKey{text: r.String()}
+}
+
+// planOrigin is ApplyOrigin's change as a plan of added and removed
+// rules: the origin's rules in force that rules has too keep their slots
+// and places, the others are removed, rules' new ones are appended, and
+// the origin's compound rules take rules' order among the places its
+// compound rules hold (the compound rules of different origins are
+// ordered by origin, so no other origin's rule changes rank). It returns
+// nil when most of the rule set changes: a whole new set is cheaper then.
+func (e *Engine) planOrigin(origin string, rules []Rule, policy, malformed Action) *plan {
+	var mine []int // the origin's rules in force, by index
+	for i := range e.rules {
+		if e.rules[i].Origin == origin {
+			mine = append(mine, i)
+		}
+	}
+	// The origin's rules in force by key, in order (a text may be there
+	// twice).
+	byKey := make(map[originKey][]int, len(mine))
+	for _, i := range mine {
+		k := originKeyOf(&e.rules[i])
+		byKey[k] = append(byKey[k], i)
+	}
+	// inForce: rules index -> e.rules index of the rule kept for it, or
+	// -1; inForceOf the other way round (by e.rules index, for mine).
+	inForce := make([]int, len(rules))
+	inForceOf := make(map[int]int, len(mine))
+	for _, i := range mine {
+		inForceOf[i] = -1
+	}
+	var newRules []int // indices into rules
+	kept := 0
+	for j := range rules {
+		k := originKeyOf(&rules[j])
+		if q := byKey[k]; len(q) > 0 {
+			inForce[j], inForceOf[q[0]] = q[0], j
+			byKey[k] = q[1:]
+			kept++
+		} else {
+			inForce[j] = -1
+			newRules = append(newRules, j)
+		}
+	}
+	gone := len(mine) - kept
+	if changes := gone + len(newRules); changes > 64 && changes > (len(e.rules)+len(rules))/2 {
+		return nil
+	}
+	// moved: the origin's compound rules change order (a kept one goes
+	// before another kept one it came after, or after a new one). Else
+	// the kept ones stay where they are and the new ones come last, as
+	// with Add.
+	moved, seenNew, last := false, false, -1
+	var seq []int // rules' compound rules, by index into rules
+	for j := range rules {
+		if rules[j].IsPrefixOnly() {
+			continue
+		}
+		seq = append(seq, j)
+		switch i := inForce[j]; {
+		case i < 0:
+			seenNew = true
+		case seenNew || i < last:
+			moved = true
+		default:
+			last = i
+		}
+	}
+	p := &plan{policy: policy, malformed: malformed, addOrder: make(map[int]uint32)}
+	n := len(e.rules) - gone + len(newRules)
+	copied := gone > 0 || moved
+	if copied {
+		room := n + max(16, n/4) // so that the next Adds need no copy
+		p.rules, p.slots = make([]Rule, 0, room), make([]uint32, 0, room)
+	} else {
+		// Appending leaves e.rules and e.slots as they are (they are
+		// shorter), as Add does: no copy of the other origins' rules.
+		p.rules, p.slots = e.rules, e.slots
+	}
+	// Kept rules keep the rule in force (its record's Line, too). The
+	// other origins' rules are copied a run at a time, if at all.
+	where := make([]int, len(rules)) // rules index -> p.rules index
+	var places []int                 // p.rules indices of the origin's compound rules
+	from := 0                        // e.rules[from:] not copied yet
+	for _, i := range mine {
+		if copied {
+			p.rules = append(p.rules, e.rules[from:i]...)
+			p.slots = append(p.slots, e.slots[from:i]...)
+			from = i + 1
+		}
+		j := inForceOf[i]
+		if j < 0 {
+			p.removed = append(p.removed, i)
+			continue
+		}
+		at := i
+		if copied {
+			at = len(p.rules)
+			p.rules = append(p.rules, e.rules[i])
+			p.slots = append(p.slots, e.slots[i])
+		}
+		where[j] = at
+		if !e.rules[i].IsPrefixOnly() {
+			places = append(places, at)
+		}
+	}
+	if copied {
+		p.rules = append(p.rules, e.rules[from:]...)
+		p.slots = append(p.slots, e.slots[from:]...)
+	}
+	isNew := make(map[int]bool, len(newRules))
+	for _, j := range newRules {
+		at := len(p.rules)
+		p.rules = append(p.rules, rules[j])
+		p.slots = append(p.slots, 0)
+		where[j] = at
+		isNew[at] = true
+		if !rules[j].IsPrefixOnly() {
+			places = append(places, at)
+		}
+	}
+	next := e.maxOrder
+	if moved {
+		// The origin's compound rules in rules' order, in the places
+		// they hold (ascending); the kept ones get new orders in their
+		// records too.
+		rs, ss, nw := make([]Rule, len(seq)), make([]uint32, len(seq)), make([]bool, len(seq))
+		for k, j := range seq {
+			rs[k], ss[k], nw[k] = p.rules[where[j]], p.slots[where[j]], isNew[where[j]]
+		}
+		for _, at := range places {
+			delete(isNew, at)
+		}
+		for k, at := range places {
+			p.rules[at], p.slots[at] = rs[k], ss[k]
+			next++
+			p.addOrder[at] = next
+			if nw[k] {
+				isNew[at] = true
+			} else {
+				p.moved = append(p.moved, at)
 			}
 		}
-		return e.planApply(rules, actionOr(rs.Policy, e.policy), actionOr(rs.Malformed, e.malformed)), nil
-	})
+		p.recompile = true
+	}
+	p.added = slices.Sorted(maps.Keys(isNew))
+	for _, i := range p.added {
+		if _, ok := p.addOrder[i]; !ok {
+			next++
+			p.addOrder[i] = next
+		}
+	}
+	return p
 }
 
 // OriginRules returns the rules of one origin in force, in their order.
@@ -886,8 +1065,13 @@ type plan struct {
 	policy, malformed Action
 	// whole: a new set (Apply): check every rule; orders are positions.
 	whole bool
-	// addOrder: the orders of added rules (not whole).
+	// addOrder: the orders of added rules (not whole), and of moved ones.
 	addOrder map[int]uint32
+	// moved: rules kept (indices into rules) whose records take a new
+	// order, addOrder's (not whole).
+	moved []int
+	// recompile: the compound rules changed order (not whole).
+	recompile bool
 }
 
 // order is the order of rule i of the plan's rules, if added or whole.
@@ -1535,7 +1719,7 @@ func (e *Engine) compileChange(p *plan) error {
 		}
 		e.v6dirty = true
 	}
-	if compoundChanged || p.whole {
+	if compoundChanged || p.whole || p.recompile {
 		cls, err := compileRules(p.rules, p.slots, e.cval)
 		if err != nil {
 			return err
@@ -1574,6 +1758,12 @@ func (e *Engine) publishLocked(p *plan, oldRules []Rule, oldSlots []uint32) erro
 		e.orderOf[e.slots[i]] = p.order(i)
 		e.maxOrder = max(e.maxOrder, p.order(i))
 		recs = append(recs, recWrite{e.slots[i], &e.rules[i], p.order(i), next, 0})
+	}
+	for _, i := range p.moved {
+		s := e.slots[i]
+		e.orderOf[s] = p.addOrder[i]
+		e.maxOrder = max(e.maxOrder, p.addOrder[i])
+		recs = append(recs, recWrite{s, &e.rules[i], p.addOrder[i], e.addedGen(s), 0})
 	}
 	if p.whole { // rules kept in a new set may have moved
 		isAdded := make([]bool, len(e.rules))

@@ -362,7 +362,29 @@ status:
 	delete(want, "redirect udp dport 7300 queue 0")
 	delete(want, "drop udp dport 7202")
 	want["drop udp dport 7203"] = "agent:file"
-	require.Eventually(t, func() bool { return len(origins()) == len(want) && origins()["drop udp dport 7203"] != "" }, 20*time.Second, 50*time.Millisecond)
-	require.Equal(t, want, origins())
+	// Until the agent's swap is in force; if it never is, say which rule
+	// stayed (or is missing), and what the agent's status said.
+	var got map[string]string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if got = origins(); len(got) == len(want) && got["drop udp dport 7203"] != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			var stayed, missing []string
+			for text, o := range got {
+				if want[text] != o {
+					stayed = append(stayed, o+": "+text)
+				}
+			}
+			for text, o := range want {
+				if got[text] != o {
+					missing = append(missing, o+": "+text)
+				}
+			}
+			b, _ := os.ReadFile(status)
+			t.Fatalf("after the redirect stopped and the file changed, rules in force that should not be: %q; missing: %q\nagent status: %s", stayed, missing, b)
+		}
+	}
+	require.Equal(t, want, got)
 	require.Equal(t, uint64(10), listRules(t, v.Name)["drop udp dport 7101"].Packets, "counters of the others' rules kept")
 }
