@@ -102,7 +102,7 @@ func sideBySide(b *testing.B, bare, p *ebpf.Program, frame []byte, wantRet uint3
 			defer unix.SchedSetaffinity(0, &old)
 		}
 	}
-	var ns, bareNs, ratio, otherNs, faster, kns, kbare, kover []float64
+	var ns, bareNs, ratio, otherNs, faster, kns, kbare, kover, kother, kfaster []float64
 	b.ResetTimer()
 	for range b.N {
 		mb, kb := benchNs(b, bare, frame)
@@ -110,8 +110,9 @@ func sideBySide(b *testing.B, bare, p *ebpf.Program, frame []byte, wantRet uint3
 		bareNs, ns, ratio = append(bareNs, mb), append(ns, m), append(ratio, m/mb)
 		kns, kbare, kover = append(kns, k), append(kbare, kb), append(kover, k-kb)
 		if len(other) > 0 {
-			o, _ := benchNs(b, other[0], frame)
+			o, ko := benchNs(b, other[0], frame)
 			otherNs, faster = append(otherNs, o), append(faster, m/o)
+			kother, kfaster = append(kother, ko-kb), append(kfaster, k-ko)
 		}
 	}
 	b.StopTimer()
@@ -125,6 +126,8 @@ func sideBySide(b *testing.B, bare, p *ebpf.Program, frame []byte, wantRet uint3
 	if len(other) > 0 {
 		b.ReportMetric(median(otherNs), "fastdrop-ns/pkt")
 		b.ReportMetric(median(faster), "fastdrop-faster")
+		b.ReportMetric(trimmedMean(kother), "kern-other-over-bare-ns")
+		b.ReportMetric(trimmedMean(kfaster), "kern-minus-other-ns")
 	}
 }
 
@@ -391,6 +394,45 @@ func benchEngine(b *testing.B, rs *RuleSet) *Engine {
 	return e
 }
 
+// otherProgram loads the xdp_fastdrop program of the object at path on e's
+// maps, with e's constants (see XDPDROP_BENCH_OTHER).
+func otherProgram(b *testing.B, e *Engine, path string) *ebpf.Program {
+	spec, err := ebpf.LoadCollectionSpec(path)
+	if err != nil {
+		b.Fatalf("load %s: %v", path, err)
+	}
+	reuse := make(map[string]*ebpf.Map)
+	for name, m := range e.maps {
+		ms := spec.Maps[name]
+		if ms == nil {
+			continue
+		}
+		info, err := m.Info()
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms.MaxEntries, ms.ValueSize = info.MaxEntries, info.ValueSize
+		reuse[name] = m
+	}
+	slots := e.maps[gen.FastdropMapFdCounters]
+	v6 := e.maps[gen.FastdropMapFdV6Tab]
+	for name, v := range map[string]uint32{
+		gen.FastdropVarFdCounterSlots: slots.ValueSize() / uint32(counterSize),
+		gen.FastdropVarFdV6Cap:        v6.ValueSize() / uint32(v6EntSize),
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	delete(spec.Programs, gen.FastdropProgXdpFastdropTrace)
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: reuse})
+	if err != nil {
+		b.Fatalf("load %s: %v", path, err)
+	}
+	b.Cleanup(func() { coll.Close() })
+	return coll.Programs[gen.FastdropProgXdpFastdrop]
+}
+
 func BenchmarkFastdrop(b *testing.B) {
 	bare := loadBare(b)
 	v4s10k, hit10k := v4Mix(10_000, 1)
@@ -401,6 +443,11 @@ func BenchmarkFastdrop(b *testing.B) {
 	// sets take minutes to make and load on a loaded machine (the other
 	// rows' A/B rounds are then quick).
 	skip1M := os.Getenv("XDPDROP_BENCH_SKIP_1M") == "1"
+	// XDPDROP_BENCH_OTHER=FILE: also measure, in the same rounds and on
+	// the same maps, the xdp_fastdrop program of FILE (another build of
+	// bpf/fastdrop.c with this layout, e.g. without the capture hook):
+	// kern-minus-other-ns is this program's cost over that one's.
+	other := os.Getenv("XDPDROP_BENCH_OTHER")
 	n1M := 1_000_000
 	if skip1M {
 		n1M = 1000
@@ -458,6 +505,10 @@ func BenchmarkFastdrop(b *testing.B) {
 			want := uint32(2) // XDP_PASS
 			if res := NewModel(rs).Eval(tc.frame); res.Verdict == ActionDrop {
 				want = 1
+			}
+			if other != "" {
+				sideBySide(b, bare, e.Program(), tc.frame, want, otherProgram(b, e, other))
+				return
 			}
 			sideBySide(b, bare, e.Program(), tc.frame, want)
 		})
