@@ -142,9 +142,9 @@ func TestKernelPlaneLeavesOtherOrigins(t *testing.T) {
 		t.Fatalf("after a refused swap: rules in force\n%s\nwant\n%s", got, want)
 	}
 
-	// A burst: one withdrawn, two announced (rules added, then the gone
-	// one deleted); then an order the rules in force cannot be appended
-	// to (the origin's rules replaced as a whole).
+	// A burst: one withdrawn, two announced; then a new order of the
+	// rules kept. Each is one swap (ApplyOrigin adds and deletes what
+	// changed), and the order in force is the one given.
 	for _, set := range []string{"drop ether ipv4 udp dport 2001\ndrop ether ipv4 udp dport 2002\ndrop ether ipv4 udp dport 2003\n", "drop ether ipv4 udp dport 2002\ndrop ether ipv4 udp dport 2003\ndrop ether ipv4 udp dport 2004\n", "drop ether ipv4 udp dport 2004\ndrop ether ipv4 udp dport 2002\n"} {
 		if _, err := k.apply(ic, OriginFlowSpec, mustRules(t, set)); err != nil {
 			t.Fatal(err)

@@ -182,3 +182,70 @@ func TestKernelPlaneOriginRules(t *testing.T) {
 		t.Fatalf("FlowSpec rules read back:\n%swant\n%s", g, set)
 	}
 }
+
+// TestAgentRestartKeepsFlowSpecRules: against the kernel, an agent that
+// is stopped leaves its FlowSpec rules in force, and the next one, whose
+// neighbour is gone, keeps them for the stale time, then removes them.
+func TestAgentRestartKeepsFlowSpecRules(t *testing.T) {
+	v := testenv.NewVeth(t, testenv.VethOptions{})
+	pins := testenv.TempPinDir(t)
+	port := freePort(t)
+	cfg, err := ParseConfig([]byte(fmt.Sprintf(`
+pin_root: %s
+interfaces:
+  - name: %s
+    rules: |
+      drop udp dport 7001
+debounce: 10ms
+bgp:
+  local_as: 65001
+  router_id: 127.0.0.1
+  listen_addresses: [127.0.0.1]
+  listen_port: %d
+  stale_time: 2s
+  neighbors:
+    - address: 127.0.0.2
+      as: 65000
+      passive: true
+`, pins, v.Name, port)), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flowspec := "agent:flowspec: drop ether ipv4 dst 10.0.0.0/8"
+	func() {
+		ag, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- ag.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		eventually(t, "speaker started", 10*time.Second, ag.bgp.isStarted)
+		an := newAnnouncer(t, port)
+		an.announce(t, flowPath(t, false, 4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, bgp.NewTrafficRateExtended(0, 0)))
+		eventually(t, "FlowSpec rule in force", 20*time.Second, func() bool { return strings.Contains(pinnedRules(t, v.Name, pins), flowspec) })
+		an.stop()
+	}()
+	if got := pinnedRules(t, v.Name, pins); !strings.Contains(got, flowspec) {
+		t.Fatalf("the stopped agent's rules: %s", got)
+	}
+	start := time.Now()
+	ag := runAgent(t, cfg, nil)
+	eventually(t, "second agent ready", 10*time.Second, func() bool { return ag.Status().Ready })
+	for time.Since(start) < 1500*time.Millisecond {
+		if got := pinnedRules(t, v.Name, pins); !strings.Contains(got, flowspec) {
+			t.Fatalf("%s after the restart, before the stale time (2s): the previous agent's FlowSpec rule is gone: %s", time.Since(start), got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	eventually(t, "previous FlowSpec rule removed after the stale time", 10*time.Second, func() bool {
+		return !strings.Contains(pinnedRules(t, v.Name, pins), "agent:flowspec")
+	})
+	if el := time.Since(start); el < 2*time.Second {
+		t.Errorf("removed after %s, want the stale time (2s)", el)
+	}
+	if got := pinnedRules(t, v.Name, pins); got != "agent:file: drop udp dport 7001" {
+		t.Errorf("rules in force at the end: %s", got)
+	}
+}

@@ -112,3 +112,29 @@ func (s ivals) list(hex bool) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// complement is the values of 0..max that s does not hold.
+func (s ivals) complement(max uint64) ivals {
+	var out ivals
+	next := uint64(0)
+	for _, v := range s {
+		if v.lo > next {
+			out = append(out, ival{next, v.lo - 1})
+		}
+		if v.hi >= max {
+			return out
+		}
+		next = v.hi + 1
+	}
+	return append(out, ival{next, max})
+}
+
+// listOrNot writes s as a value list, or as the negated list of the
+// values it does not hold ("!22" for 0-21,23-65535) when that is shorter:
+// the same set when the rule language's field has the domain 0..max.
+func (s ivals) listOrNot(max uint64, hex bool) string {
+	if c := s.complement(max); len(c) > 0 && len(c) < len(s) {
+		return "!" + c.list(hex)
+	}
+	return s.list(hex)
+}

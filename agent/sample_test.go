@@ -31,8 +31,8 @@ func TestTranslateSample(t *testing.T) {
 			"pass ether ipv4 dst 10.0.0.0/8 sample 1/1000"},
 		{"limit", Route{4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, []bgp.ExtendedCommunityInterface{bgp.NewTrafficRateExtended(0, 125000), sample(false)}}, 10,
 			"limit 125kbyte/s ether ipv4 dst 10.0.0.0/8 sample 1/10"},
-		{"every rule of a route", Route{6, []bgp.FlowSpecComponentInterface{comp(fsDstPort, item("=", 53))}, append(discard(), sample(false))}, 0,
-			"drop ether ipv6 tcp dport 53 sample 1/1000 | drop ether ipv6 udp dport 53 sample 1/1000"},
+		{"every rule of a route", Route{4, []bgp.FlowSpecComponentInterface{comp(fsTCPFlags, item("m", 0x02), item("m", 0x01))}, append(discard(), sample(false))}, 0,
+			"drop ether ipv4 tcp flags syn sample 1/1000 | drop ether ipv4 tcp flags fin sample 1/1000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, err := Translate(tc.r, TranslateOptions{SampleOneIn: tc.n})

@@ -270,7 +270,13 @@ func translate(r Route, opts TranslateOptions) (Translation, error) {
 			continue // any value: what it implies is already written
 		}
 		hex := t == fsFlowLabel
-		p := part{compact: []alt{{{nf.kw, set.list(hex)}}}}
+		text := set.list(hex)
+		if t != fsLen {
+			// The rule language's field has FlowSpec's domain (len's
+			// reaches past 65535 for IPv6: a negation would widen it).
+			text = set.listOrNot(nf.max, hex)
+		}
+		p := part{compact: []alt{{{nf.kw, text}}}}
 		for _, v := range set {
 			if t == fsPort {
 				p.expanded = append(p.expanded, alt{{"sport", v.text(hex)}}, alt{{"dport", v.text(hex)}})
@@ -378,7 +384,14 @@ func protoPart(protos ivals) part {
 		p.compact = []alt{one(protos[0].lo)}
 		return p
 	}
-	p.compact = []alt{{{"proto", protos.list(false)}}}
+	words := make([]string, len(protos))
+	for i, v := range protos {
+		words[i] = v.text(false)
+		if n, ok := names[v.lo]; ok && v.lo == v.hi {
+			words[i] = n
+		}
+	}
+	p.compact = []alt{{{"proto", strings.Join(words, ",")}}}
 	if protos.count() <= 256 {
 		for _, v := range protos {
 			for x := v.lo; x <= v.hi; x++ {

@@ -61,7 +61,8 @@ enum fd_field {
 	FD_FLD_LEN = 14,
 	FD_FLD_FRAG = 15,
 	FD_FLD_PORT = 16,
-	FD_FLD_MAX = 17,
+	FD_FLD_FLOWLABEL = 17,
+	FD_FLD_MAX = 18,
 };
 
 /* The direct fields: compound-rule fields whose value in a frame (8 or 16
@@ -100,6 +101,7 @@ enum fd_field {
 	X(CODE, icmp_code, 8, IP)      \
 	X(LEN, pktlen, 17, IP)         \
 	X(FRAG, fragbits, 6, IP)       \
+	X(FLOWLABEL, flowlabel, 20, IP) \
 	X(PORT, sport, 16, EITHER)
 
 /* The direct tables' offsets: each table's first entry, then its last
@@ -126,11 +128,13 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 14,
+	FD_LAYOUT_VERSION = 16,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
 	FD_ORIGIN_LEN = 16,   /* fd_rule_rec.origin */
+	FD_LISTS_SIZE = 1024, /* a value of fd_rule_lists */
+	FD_LISTS_MAX = 1024,  /* its entries: 4 x FD_MAX_COMPOUND */
 	FD_COUNTER_SIZE = 16, /* struct counter */
 	FD_V6_ENT_SIZE = 32,  /* struct fd_v6_ent */
 
@@ -591,6 +595,12 @@ enum fd_rec_flags {
 	FD_REC_LEN = 4096,
 	FD_REC_FRAGBITS = 8192,
 	FD_REC_PORT = 16384,
+	/* The rule has a numeric field that its record's members cannot
+	 * hold (a value list, a negated list, a comparison on a field with
+	 * no *_op member, a value past the member's width): those fields
+	 * are in fd_rule_lists under the rule's slot. */
+	FD_REC_LISTS = 32768,
+	FD_REC_FLOWLABEL = 65536, /* flowlabel: always in fd_rule_lists */
 };
 
 /* fd_rule_rec.len_op: how a numeric field's range was written. */
@@ -622,6 +632,9 @@ struct fd_pkt {
 	 * with the IP header: IPv4 total length, IPv6 40 + payload length
 	 * (up to 65575: 17 bits); 0 for frames that are not IP. */
 	__u32 pktlen;
+	/* The IPv6 flow label (FlowSpec type 13, 20 bits); 0 for other
+	 * frames, which no flowlabel rule's kind takes. */
+	__u32 flowlabel;
 	__u16 ethertype; /* after the VLAN tags, host order */
 	__u16 sport;     /* host order, when has_ports */
 	__u16 dport;
@@ -758,6 +771,19 @@ struct {
 	__type(value, struct fd_rule_rec);
 	__uint(max_entries, 1024);
 } fd_rules SEC(".maps");
+
+/* The numeric fields of the rules whose records cannot hold them
+ * (FD_REC_LISTS), by the rules' slots: value lists, negated lists (issue
+ * 20), encoded by fastdrop/fields_num.go. Only compound rules have them, so
+ * few slots have an entry (allocated when written). The program never
+ * reads it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__uint(value_size, FD_LISTS_SIZE);
+	__uint(max_entries, FD_LISTS_MAX);
+} fd_rule_lists SEC(".maps");
 
 /* Counter slots per CPU (in each value of fd_counters). */
 volatile const __u32 fd_counter_slots = 1024;
@@ -1599,6 +1625,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		p.dscp = 0;
 		p.pktlen = 0;
 		p.fragbits = 0;
+		p.flowlabel = 0;
 		if (full) {
 			p.ttl = iph->ttl;
 			p.dscp = iph->tos >> 2;
@@ -1627,6 +1654,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	}
 	if (et == ETH_P_IPV6) {
 		struct ipv6hdr *ip6h;
+		__u32 vtf;
 
 		proto = parse_ip6hdr(&nh, data_end, &ip6h);
 		if (proto < 0)
@@ -1634,11 +1662,15 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		p.ttl = 0;
 		p.pktlen = 0;
 		p.dscp = 0;
+		p.flowlabel = 0;
 		if (full) {
 			p.ttl = ip6h->hop_limit;
 			p.pktlen = 40 + (__u32)bpf_ntohs(ip6h->payload_len);
-			/* Traffic class: the 8 bits after the version. */
-			p.dscp = (bpf_ntohl(*(__be32 *)ip6h) >> 22) & 0x3f;
+			/* Traffic class: the 8 bits after the version; then the
+			 * flow label. */
+			vtf = bpf_ntohl(*(__be32 *)ip6h);
+			p.dscp = (vtf >> 22) & 0x3f;
+			p.flowlabel = vtf & 0xfffff;
 		}
 		__builtin_memcpy(p.src6, &ip6h->saddr, 16);
 		__builtin_memcpy(p.dst6, &ip6h->daddr, 16);
@@ -1674,6 +1706,7 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	p.ttl = 0;
 	p.dscp = 0;
 	p.pktlen = 0;
+	p.flowlabel = 0;
 	p.fragbits = 0;
 	p.src4 = 0;
 	p.dst4 = 0;

@@ -325,6 +325,44 @@ func compoundMixFlowSpec(n int) []Rule {
 	return rules
 }
 
+// compoundMixLists is compoundMixFlowSpec with issue 20's value lists,
+// negated lists and comparisons on every kind of field, len, port,
+// fragment bits and flow labels. Rule 0 is compoundMix's, as there.
+func compoundMixLists(n int) []Rule {
+	text := []string{"drop udp sport 40000 dport 4444 src 10.0.0.0/8 dst 198.51.100.0/24"}
+	for i := 1; len(text) < n; i++ {
+		var s string
+		switch i % 8 {
+		case 0:
+			s = fmt.Sprintf("drop tcp flags syn,!ack dport %d,%d,%d-%d", 1000+i, 5000+i, 7000+i, 7010+i)
+		case 1:
+			s = fmt.Sprintf("drop udp dport %d,%d ttl <%d len >%d", 2000+i, 2500+i, 1+i%5, 1000+i)
+		case 2:
+			s = fmt.Sprintf("drop icmp type %d,%d code !%d", i%16, 16+i%16, i%4)
+		case 3:
+			s = fmt.Sprintf("drop dscp ef,af41,%d src 192.0.2.%d", i%32, i%256)
+		case 4:
+			s = fmt.Sprintf("drop udp port !53,%d len 64,%d-%d dst 203.0.%d.0/24", 30000+i, 1400+i%100, 1500+i%100, i%256)
+		case 5:
+			s = fmt.Sprintf("drop tcp flags fin,psh,urg dst 203.0.%d.7 frag !df", i%256)
+		case 6:
+			s = fmt.Sprintf("drop icmpv6 type 128,129,%d src 2001:db8:%x::/48 flowlabel %d,0x%x", 130+i%8, i, i, 0x10000+i)
+		default:
+			s = fmt.Sprintf("drop proto tcp,udp dport %d,%d dscp ef ttl %d,%d len <%d", 3000+i, 3500+i, 1+i%200, 201+i%50, 100+i)
+		}
+		text = append(text, s)
+	}
+	var rules []Rule
+	for _, s := range text {
+		rs, err := parseString(s, "bench")
+		if err != nil {
+			panic(err)
+		}
+		rules = append(rules, rs.Rules...)
+	}
+	return rules
+}
+
 // hitWithin returns an address in the first of ps inside within.
 func hitWithin(ps []netip.Prefix, within netip.Prefix) netip.Addr {
 	for _, p := range ps {
@@ -487,6 +525,10 @@ func BenchmarkFastdrop(b *testing.B) {
 		// at most 1.6x the 64-rule figure over bare).
 		{"flowspec=64+prefixes=10k", -64, v4s10k, benchFrame4(worst)},
 		{"flowspec=256+prefixes=10k", -256, v4s10k, benchFrame4(worst)},
+		// compoundMixLists' rules (value lists, negations, comparisons,
+		// len, port, frag bits, flow labels): issue 20's targets again.
+		{"lists=64+prefixes=10k", -1064, v4s10k, benchFrame4(worst)},
+		{"lists=256+prefixes=10k", -1256, v4s10k, benchFrame4(worst)},
 	}
 	for _, tc := range cases {
 		if skip1M && strings.Contains(tc.name, "1M") {
@@ -494,7 +536,9 @@ func BenchmarkFastdrop(b *testing.B) {
 		}
 		b.Run(tc.name, func(b *testing.B) {
 			mix := compoundMix
-			if tc.compound < 0 {
+			if tc.compound < -1000 {
+				mix, tc.compound = compoundMixLists, -tc.compound-1000
+			} else if tc.compound < 0 {
 				mix, tc.compound = compoundMixFlowSpec, -tc.compound
 			}
 			rs := &RuleSet{Rules: append(mix(tc.compound), PrefixRules(ActionDrop, tc.prefixes)...)}
@@ -599,10 +643,14 @@ func BenchmarkLoad(b *testing.B) {
 	hosts, _ := v4Hosts(1_000_000, 4)
 	v6s, _ := v6Mix(1_000_000, 3)
 	for _, tc := range []struct {
-		name string
-		ps   []netip.Prefix
-	}{{"1M-IPv4", v4s}, {"1M-IPv4-hosts", hosts}, {"1M-IPv6", v6s}} {
+		name  string
+		ps    []netip.Prefix
+		lists bool // and compoundMixLists(256) (issue 20: under 2 s)
+	}{{"1M-IPv4", v4s, false}, {"1M-IPv4-hosts", hosts, false}, {"1M-IPv6", v6s, false}, {"1M-IPv4+256-lists", v4s, true}} {
 		rs := &RuleSet{Rules: PrefixRules(ActionDrop, tc.ps)}
+		if tc.lists {
+			rs.Rules = append(compoundMixLists(256), rs.Rules...)
+		}
 		b.Run(tc.name, func(b *testing.B) {
 			var total, creating time.Duration
 			var mem uint64

@@ -242,6 +242,7 @@ const (
 	recFlagDport = uint32(gen.FastdropFdRecFlagsFD_REC_DPORT)
 	recFlagFrag  = uint32(gen.FastdropFdRecFlagsFD_REC_FRAG)
 	recFlagQueue = uint32(gen.FastdropFdRecFlagsFD_REC_QUEUE)
+	recFlagLists = uint32(gen.FastdropFdRecFlagsFD_REC_LISTS)
 )
 
 // Byte offsets in struct fd_rule_rec; TestRecordLayout checks them against
@@ -300,6 +301,9 @@ func encodeRecord(b []byte, r *Rule, order, added, removed uint32) {
 			flags |= f.recFlag
 			f.encode(b, r)
 		}
+	}
+	if listsBytes(r) > 0 {
+		flags |= recFlagLists // the fields are in fd_rule_lists (Engine.writeRecords)
 	}
 	le.PutUint32(b[recFlags:], flags)
 	copy(b[recOrigin:recOrigin+originLen], r.Origin)
@@ -568,7 +572,7 @@ func kindAllows(r *Rule, fam int, nonfirst, ports bool) bool {
 		if !f.isSet(r) {
 			continue
 		}
-		if f.ip && fam == 0 || f.frames == framesPorts && !ports || f.frames == framesNonfirst && !nonfirst || f.frames == framesFirst && nonfirst {
+		if f.ip && fam == 0 || f.v6 && fam != 6 || f.frames == framesPorts && !ports || f.frames == framesNonfirst && !nonfirst || f.frames == framesFirst && nonfirst {
 			return false
 		}
 		if f.store == storePrefix {

@@ -155,6 +155,12 @@ func (w *activeWord) close() error {
 // matchField.at): r does not escape, so the callers, which run per rule
 // over millions of rules, allocate nothing.
 func (f *matchField) isSet(r *Rule) bool {
+	switch f.store {
+	case storeNum: // at is in r.Nums, not in r
+		return r.Nums != nil && len(numAt(r.Nums, f.at).Items) > 0
+	case storeProto:
+		return r.HasProto || r.Nums != nil && len(numAt(r.Nums, f.numAt).Items) > 0
+	}
 	p := unsafe.Add(unsafe.Pointer(r), f.at)
 	switch f.store {
 	case storePrefix:
@@ -181,3 +187,9 @@ func (f *matchField) prefixOf(r *Rule) *netip.Prefix {
 	}
 	return (*netip.Prefix)(unsafe.Add(unsafe.Pointer(r), f.at))
 }
+
+// numAt returns the Num at offset at of n (a numeric field's, storeNum).
+func numAt(n *Nums, at uintptr) *Num { return (*Num)(unsafe.Add(unsafe.Pointer(n), at)) }
+
+// numOf returns r's value of the numeric field f; r.Nums must not be nil.
+func (f *matchField) numOf(r *Rule) *Num { return numAt(r.Nums, f.numAt) }

@@ -96,6 +96,9 @@ func (g *diffGen) frame() []byte {
 		s.TTL = g.ttl()
 	}
 	if g.rng.IntN(2) == 0 {
+		s.FlowLabel = g.flowLabel()
+	}
+	if g.rng.IntN(2) == 0 {
 		s.TOS = g.dscp()<<2 | uint8(g.rng.IntN(4))
 	}
 	if g.rng.IntN(3) == 0 && s.Src.IsValid() {
@@ -131,15 +134,69 @@ func (g *diffGen) prefix(v6 bool) netip.Prefix {
 	return p
 }
 
-func (g *diffGen) portRange() *PortRange {
-	lo, hi := g.port(), g.port()
-	if g.rng.IntN(2) == 0 {
-		hi = lo
+// num returns a random value of a numeric field: one to four items
+// (values, ranges, comparisons; none overlapping), drawn by pick, and
+// sometimes negated; named, if set, says whether a value may be written
+// by its name.
+func (g *diffGen) num(spec *numSpec, pick func() uint32, named func(v uint32) bool) Num {
+	var n Num
+	for range 1 + g.rng.IntN(4)*g.rng.IntN(2) {
+		a, b := pick(), pick()
+		it := NumItem{Lo: min(a, b), Hi: max(a, b), Op: CmpRange}
+		switch g.rng.IntN(6) {
+		case 0, 1:
+			it.Hi = it.Lo
+			if named != nil && named(it.Lo) && g.rng.IntN(2) == 0 {
+				it.Named = true
+			}
+		case 2:
+			if a < spec.max && a <= spec.writeMax {
+				it = NumItem{Lo: a + 1, Hi: spec.max, Op: CmpGT}
+			}
+		case 3:
+			if a <= spec.writeMax {
+				it = NumItem{Lo: a, Hi: spec.max, Op: CmpGE}
+			}
+		case 4:
+			if a > 0 {
+				it = NumItem{Lo: 0, Hi: a - 1, Op: []CmpOp{CmpLT, CmpLE}[g.rng.IntN(2)]}
+				if it.Op == CmpLE {
+					it.Hi = a
+				}
+			}
+		}
+		ok := it.Hi <= spec.max && (it.Op != CmpRange || it.Hi <= spec.writeMax)
+		for _, o := range n.Items {
+			if it.Lo <= o.Hi && o.Lo <= it.Hi {
+				ok = false
+			}
+		}
+		if ok {
+			n.Items = append(n.Items, it)
+		}
 	}
-	if lo > hi {
-		lo, hi = hi, lo
+	if len(n.Items) == 0 {
+		v := pick()
+		n.Items = []NumItem{{Lo: v, Hi: v, Op: CmpRange}}
 	}
-	return &PortRange{Lo: lo, Hi: hi}
+	n.Not = g.rng.IntN(4) == 0
+	return n
+}
+
+func (g *diffGen) portNum() Num {
+	return g.num(&diffPortSpec, func() uint32 { return uint32(g.port()) }, nil)
+}
+
+var diffPortSpec = portSpec("port")
+
+// diffFlowLabels are the flow labels rules and frames are drawn from.
+var diffFlowLabels = []uint32{0, 1, 7, 0x100, 0x12345, 0x80000, 0xffffe, 0xfffff}
+
+func (g *diffGen) flowLabel() uint32 {
+	if g.rng.IntN(4) == 0 {
+		return g.rng.Uint32() & 0xfffff
+	}
+	return diffFlowLabels[g.rng.IntN(len(diffFlowLabels))]
 }
 
 // diffTTLs are the TTLs and hop limits rules and frames are drawn from
@@ -151,20 +208,6 @@ func (g *diffGen) ttl() uint8 {
 		return uint8(g.rng.Uint32())
 	}
 	return diffTTLs[g.rng.IntN(len(diffTTLs))]
-}
-
-func (g *diffGen) ttlRange() *ByteRange {
-	lo, hi := g.ttl(), g.ttl()
-	if g.rng.IntN(2) == 0 {
-		hi = lo
-	}
-	if g.rng.IntN(8) == 0 {
-		lo = 0
-	}
-	if lo > hi {
-		lo, hi = hi, lo
-	}
-	return &ByteRange{Lo: lo, Hi: hi}
 }
 
 // diffFlags are the TCP flag bytes rules and frames are drawn from: those
@@ -208,21 +251,6 @@ func (g *diffGen) fragBits() *FragBits {
 // diffMaxLen bounds the payloads of frames and the lengths len rules
 // name, so that the two meet.
 const diffMaxLen = 1200
-
-// lenRange returns a random len: a value, a range or a comparison.
-func (g *diffGen) lenRange() *LenRange {
-	a, b := uint16(g.rng.IntN(diffMaxLen)), uint16(g.rng.IntN(diffMaxLen))
-	switch op := CmpOp(1 + g.rng.IntN(5)); op {
-	case CmpGT, CmpGE:
-		return &LenRange{Lo: a, Op: op}
-	case CmpLT, CmpLE:
-		return &LenRange{Hi: max(a, 1), Op: op}
-	}
-	if g.rng.IntN(2) == 0 {
-		b = a
-	}
-	return &LenRange{Lo: min(a, b), Hi: max(a, b), Op: CmpRange}
-}
 
 // diffDSCPs are the codepoints rules and frames are drawn from.
 var diffDSCPs = []uint8{0, 8, 10, 26, 34, 46, 48, 63}
@@ -279,76 +307,64 @@ func (g *diffGen) compound() Rule {
 				r.Proto = uint8(g.rng.Uint32())
 			}
 		}
-		if r.HasProto && (r.Proto == ProtoTCP || r.Proto == ProtoUDP) {
+		if !r.HasProto && g.rng.IntN(5) == 0 {
+			// A list of protocols (with ports, only TCP and UDP).
+			r.nums().Proto = g.num(&protoSpec, func() uint32 { return uint32(diffProtos[g.rng.IntN(len(diffProtos))]) },
+				func(v uint32) bool { return protoName(uint8(v)) != "" })
+		}
+		if r.protoOnly(func(p uint8) bool { return p == ProtoTCP || p == ProtoUDP }) {
 			if g.rng.IntN(2) == 0 {
-				r.SrcPort = g.portRange()
+				r.nums().Sport = g.portNum()
 			}
 			if g.rng.IntN(2) == 0 {
-				r.DstPort = g.portRange()
+				r.nums().Dport = g.portNum()
 			}
 			if g.rng.IntN(3) == 0 {
-				r.Port, r.HasPort = *g.portRange(), true
+				r.nums().Port = g.portNum()
 			}
 		}
 		if g.rng.IntN(8) == 0 {
 			r.EtherType = []uint16{EtherTypeIPv4, EtherTypeIPv6, EtherTypeARP, EtherTypeLLDP, 0x88b5}[g.rng.IntN(5)]
 		}
-		if r.SrcPort == nil && r.DstPort == nil && !r.HasPort && g.rng.IntN(6) == 0 {
+		if r.Nums == nil && g.rng.IntN(6) == 0 {
 			r.Fragment = true
 		}
 		if g.rng.IntN(5) == 0 {
-			r.TTL = g.ttlRange()
-			if g.rng.IntN(2) == 0 { // written as a comparison
-				switch n := int(g.ttl()); {
-				case n < 255 && g.rng.IntN(2) == 0:
-					r.TTL = &ByteRange{Lo: uint8(n + 1), Hi: 255, Op: CmpGT}
-				case n > 0:
-					r.TTL = &ByteRange{Lo: 0, Hi: uint8(n - 1), Op: CmpLT}
-				}
-			}
+			r.nums().TTL = g.num(matchFields[fieldIndex("ttl")].num, func() uint32 { return uint32(g.ttl()) }, nil)
 		}
 		if r.HasProto && r.Proto == ProtoTCP && g.rng.IntN(2) == 0 {
 			r.TCPFlags = g.tcpFlags()
 		}
 		if r.HasProto && (r.Proto == ProtoICMP || r.Proto == ProtoICMPv6) && !r.Fragment {
-			types := []uint8{0, 3, 8, 11, 1, 128, 129, 135}
+			types := []uint32{0, 3, 8, 11, 1, 128, 129, 135}
 			if g.rng.IntN(2) == 0 {
-				lo, hi := types[g.rng.IntN(len(types))], types[g.rng.IntN(len(types))]
-				if g.rng.IntN(2) == 0 {
-					hi = lo
-				}
-				r.ICMPType = &ICMPType{Lo: min(lo, hi), Hi: max(lo, hi)}
-				if lo == hi && icmpTypeName(r.Proto, lo) != "" && g.rng.IntN(2) == 0 {
-					r.ICMPType.Named = true
-				}
+				r.nums().Type = g.num(matchFields[fieldIndex("type")].num, func() uint32 { return types[g.rng.IntN(len(types))] },
+					func(v uint32) bool { return icmpTypeName(r.Proto, uint8(v)) != "" })
 			}
 			if g.rng.IntN(3) == 0 {
-				c := uint8(g.rng.IntN(16))
-				r.ICMPCode = &ByteRange{Lo: c, Hi: c + uint8(g.rng.IntN(3))}
+				r.nums().Code = g.num(matchFields[fieldIndex("code")].num, func() uint32 { return uint32(g.rng.IntN(16)) }, nil)
 			}
 		}
 		if g.rng.IntN(6) == 0 {
-			lo, hi := g.dscp(), g.dscp()
-			if g.rng.IntN(2) == 0 {
-				hi = lo
-			}
-			r.DSCP = &DSCPRange{Lo: min(lo, hi), Hi: max(lo, hi)}
-			if lo == hi && dscpName(lo) != "" && g.rng.IntN(2) == 0 {
-				r.DSCP.Named = true
-			}
+			r.nums().DSCP = g.num(matchFields[fieldIndex("dscp")].num, func() uint32 { return uint32(g.dscp()) },
+				func(v uint32) bool { return dscpName(uint8(v)) != "" })
 		}
 		if g.rng.IntN(6) == 0 {
-			r.Len = *g.lenRange()
+			r.nums().Len = g.num(&lenSpec, func() uint32 { return uint32(g.rng.IntN(diffMaxLen)) }, nil)
 		}
 		if g.rng.IntN(6) == 0 && !r.Fragment {
 			r.FragBits = *g.fragBits()
 		}
 		if g.rng.IntN(3) == 0 {
-			lo, hi := uint16(g.rng.IntN(diffQueues+2)), uint16(g.rng.IntN(diffQueues+2))
+			r.nums().Queue = g.num(matchFields[fieldIndex("queue")].num, func() uint32 { return uint32(g.rng.IntN(diffQueues + 2)) }, nil)
+		}
+		if g.rng.IntN(6) == 0 && r.family() != 4 {
+			r.nums().FlowLabel = g.num(matchFields[fieldIndex("flowlabel")].num, g.flowLabel, nil)
 			if g.rng.IntN(2) == 0 {
-				hi = lo
+				for i := range r.Nums.FlowLabel.Items {
+					r.Nums.FlowLabel.Items[i].Hex = true
+				}
 			}
-			r.Queue = &PortRange{Lo: min(lo, hi), Hi: max(lo, hi)}
 		}
 		if g.plain {
 			plainRule(&r)
@@ -370,9 +386,15 @@ func plainRule(r *Rule) {
 	if r.Origin == OriginRedirect {
 		r.Origin = ""
 	}
-	r.TTL, r.TCPFlags, r.ICMPType, r.ICMPCode, r.DSCP, r.Queue = nil, nil, nil, nil, nil, nil
-	r.Len, r.FragBits = LenRange{}, FragBits{}
-	r.Port, r.HasPort = PortRange{}, false
+	r.TCPFlags, r.FragBits = nil, FragBits{}
+	if r.Nums != nil {
+		n := r.Nums.Clone()
+		n.Port, n.Len, n.TTL, n.DSCP, n.Type, n.Code, n.Queue, n.FlowLabel = Num{}, Num{}, Num{}, Num{}, Num{}, Num{}, Num{}, Num{}
+		r.Nums = n
+		if !n.Sport.IsSet() && !n.Dport.IsSet() && !n.Proto.IsSet() {
+			r.Nums = nil
+		}
+	}
 }
 
 // activeFeatures is fd_conf.features of e's half in force.
@@ -818,4 +840,14 @@ func TestV6TableStructured(t *testing.T) {
 		}
 		tab.close()
 	}
+}
+
+// fieldIndex returns the index in matchFields of the field called name.
+func fieldIndex(name string) int {
+	for i := range matchFields {
+		if matchFields[i].name == name {
+			return i
+		}
+	}
+	panic("no field " + name)
 }

@@ -256,7 +256,7 @@ var mapNames = []string{
 	gen.FastdropMapFdMain,
 	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV4Sparse, gen.FastdropMapFdV6Tab,
 	gen.FastdropMapFdCounters,
-	gen.FastdropMapFdRules,
+	gen.FastdropMapFdRules, gen.FastdropMapFdRuleLists,
 	gen.FastdropMapFdXsks, gen.FastdropMapFdXskCounters,
 	gen.FastdropMapFdPolicers, gen.FastdropMapFdPolCnt, gen.FastdropMapFdPolSrc, gen.FastdropMapFdBans,
 	// Captures (package capture): per-CPU counts and each capture's ring.
@@ -295,10 +295,14 @@ type Engine struct {
 	ncpu, nslots, groups, sparse, v6cap int
 
 	// The rule set in force, with each rule's key and counter slot.
-	rules     []Rule
-	slots     []uint32
-	orderOf   []uint32 // by slot: the order its record holds
-	genOf     []uint32 // by slot: the generation its rule came with
+	rules   []Rule
+	slots   []uint32
+	orderOf []uint32 // by slot: the order its record holds
+	genOf   []uint32 // by slot: the generation its rule came with
+	// listSlots are the slots with an entry in fd_rule_lists (the
+	// numeric fields that rule records cannot hold: fields_num.go); it
+	// mirrors the map, not the rule set.
+	listSlots map[uint32]bool
 	policy    Action
 	malformed Action
 	// prefixSlot finds a prefix rule's slot by key; nil until needed
@@ -321,6 +325,16 @@ type Engine struct {
 	// retireHook, if set (tests), sees the final counts of each removed
 	// rule's slot.
 	retireHook func(slot uint32, c Counter)
+	// publishHook, if set (tests), runs in the middle of a change: the
+	// records of the new rules written, the flip not made yet.
+	publishHook func()
+	// locked: a change holds the pin directory's lock (change). Only
+	// then may loadLocked free what a change that did not finish left:
+	// without the lock, that may be another process's change going on.
+	locked bool
+	// unfreed: loadLocked found such records without the lock and left
+	// them; the next change reads the rule set again, under the lock.
+	unfreed bool
 	// fullWrite: the halves may differ from the mirrors (after Open, or
 	// after a failed change): the next commit writes every table whole.
 	fullWrite bool
@@ -1166,6 +1180,11 @@ func (e *Engine) change(make func() (*plan, error)) error {
 		}
 		defer unix.Flock(int(e.lockDir.Fd()), unix.LOCK_UN)
 	}
+	e.locked = true
+	defer func() { e.locked = false }()
+	if e.unfreed {
+		e.loaded = false // read again, and free them, under the lock
+	}
 	if err := e.refreshLocked(); err != nil {
 		return err
 	}
@@ -1233,7 +1252,23 @@ func (e *Engine) refreshLocked() error {
 	if e.loaded && st.Generation == e.generation && st.Active == e.active {
 		return nil
 	}
-	return e.loadLocked()
+	if e.lockDir == nil || e.locked {
+		return e.loadLocked()
+	}
+	// Without the lock another process may flip while the records are
+	// read: read them again until the generation stayed the same.
+	for try := 0; ; try++ {
+		if err := e.loadLocked(); err != nil || try == 10 {
+			return err
+		}
+		st, err := e.readState()
+		if err != nil {
+			return err
+		}
+		if st.Generation == e.generation && st.Active == e.active {
+			return nil
+		}
+	}
 }
 
 // The state is at the start of fd_main, and half h's fd_conf at the start
@@ -1353,6 +1388,11 @@ func (e *Engine) loadLocked() error {
 			}
 			rules = append(rules, Rule{})
 			order := decodeRecordInto(rb, &rules[len(rules)-1])
+			if binary.LittleEndian.Uint32(rb[recFlags:])&recFlagLists != 0 {
+				if err := e.readLists(s, &rules[len(rules)-1]); err != nil {
+					return err
+				}
+			}
 			if r := &rules[len(rules)-1]; r.Action == ActionLimit {
 				var idx uint16
 				r.Limit, idx, e.pol.epoch[s] = decodeLimit(rb)
@@ -1440,11 +1480,30 @@ func (e *Engine) loadLocked() error {
 		}
 	}
 	// Free what a change that did not finish left (rules of a generation
-	// that never came, or gone but not freed), counters too.
+	// that never came, or gone but not freed), counters too; but only
+	// holding the lock: without it (a reader: rules list, stats, the
+	// agent's look at what is in force), the records of a generation not
+	// come yet are another process's change going on, and freeing them
+	// would take its new rules' records (and counters) away under it.
+	e.unfreed = false
+	if e.lockDir != nil && !e.locked && len(stale) > 0 {
+		e.unfreed = true
+		stale = nil
+		// Their slots are not free for this engine's changes either
+		// (change reads the rules again first).
+	}
 	var zero [recSize]byte
+	freed := make([]recWrite, 0, len(stale))
 	for _, s := range stale {
 		if _, err := e.mem.rules.WriteAt(zero[:], int64(s)*int64(recSize)); err != nil {
 			return fmt.Errorf("fastdrop: clear rule record: %w", err)
+		}
+		freed = append(freed, recWrite{slot: s})
+	}
+	if len(freed) > 0 {
+		// Their lists too, if they had any (after the records).
+		if err := e.deleteLists(freed); err != nil {
+			return err
 		}
 	}
 	if err := e.zeroSlots(stale); err != nil {
@@ -1783,6 +1842,9 @@ func (e *Engine) publishLocked(p *plan, oldRules []Rule, oldSlots []uint32) erro
 	for _, i := range added {
 		e.genOf[e.slots[i]] = next
 	}
+	if e.publishHook != nil {
+		e.publishHook()
+	}
 
 	// The new tbl8 groups first: the tables written next point to them;
 	// so do the policers.
@@ -1857,6 +1919,13 @@ func (e *Engine) writeRecords(ws []recWrite) error {
 			j++
 		}
 		buf = slices.Grow(buf[:0], (j-i)*recSize)[:(j-i)*recSize]
+		// A record that says its fields are in fd_rule_lists is written
+		// after them, and an entry no record needs any more is deleted
+		// after the record: a later process always finds what a record
+		// refers to.
+		if err := e.writeLists(ws[i:j]); err != nil {
+			return err
+		}
 		for k, w := range ws[i:j] {
 			b := buf[k*recSize : (k+1)*recSize]
 			if w.rule == nil {
@@ -1871,12 +1940,96 @@ func (e *Engine) writeRecords(ws []recWrite) error {
 		if _, err := e.mem.rules.WriteAt(buf, int64(ws[i].slot)*int64(recSize)); err != nil {
 			return fmt.Errorf("write rule records: %w", err)
 		}
+		if err := e.deleteLists(ws[i:j]); err != nil {
+			return err
+		}
 		i = j
 	}
 	return nil
 }
 
 func (e *Engine) addedGen(slot uint32) uint32 { return e.genOf[slot] }
+
+// listsMap returns fd_rule_lists, with e.listSlots read from it the first
+// time.
+func (e *Engine) listsMap() (*ebpf.Map, error) {
+	m := e.maps[gen.FastdropMapFdRuleLists]
+	if e.listSlots == nil {
+		e.listSlots = make(map[uint32]bool)
+		var k uint32
+		var v [listsSize]byte
+		it := m.Iterate()
+		for it.Next(&k, &v) {
+			e.listSlots[k] = true
+		}
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("fastdrop: read rule lists: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// writeLists writes the fd_rule_lists entries of the rules of ws that
+// have fields their records cannot hold.
+func (e *Engine) writeLists(ws []recWrite) error {
+	var m *ebpf.Map
+	for _, w := range ws {
+		if w.rule == nil || w.rule.Nums == nil {
+			continue
+		}
+		b := encodeLists(w.rule)
+		if b == nil {
+			continue
+		}
+		if m == nil {
+			var err error
+			if m, err = e.listsMap(); err != nil {
+				return err
+			}
+		}
+		if err := m.Put(w.slot, b); err != nil {
+			return fmt.Errorf("fastdrop: write the lists of rule %q: %w", w.rule.String(), err)
+		}
+		e.listSlots[w.slot] = true
+	}
+	return nil
+}
+
+// deleteLists deletes the fd_rule_lists entries of the slots of ws whose
+// rules (if any) no longer have lists.
+func (e *Engine) deleteLists(ws []recWrite) error {
+	if len(e.listSlots) == 0 && e.listSlots != nil {
+		return nil
+	}
+	m, err := e.listsMap()
+	if err != nil {
+		return err
+	}
+	for _, w := range ws {
+		if !e.listSlots[w.slot] || w.rule != nil && listsBytes(w.rule) > 0 {
+			continue
+		}
+		if err := m.Delete(w.slot); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("fastdrop: delete rule lists: %w", err)
+		}
+		delete(e.listSlots, w.slot)
+	}
+	return nil
+}
+
+// readLists sets r's fields that the record of slot keeps in
+// fd_rule_lists.
+func (e *Engine) readLists(slot uint32, r *Rule) error {
+	m, err := e.listsMap()
+	if err != nil {
+		return err
+	}
+	b := make([]byte, listsSize)
+	if err := m.Lookup(slot, &b); err != nil {
+		return fmt.Errorf("fastdrop: read the lists of rule slot %d: %w", slot, err)
+	}
+	return decodeLists(b, r)
+}
 
 // prefixIndex returns e.prefixSlot, made from the rules if need be.
 func (e *Engine) prefixIndex() *prefixIndex {

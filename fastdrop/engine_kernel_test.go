@@ -622,12 +622,25 @@ func TestRecordLayout(t *testing.T) {
 				t.Errorf("%s: fd_rule_rec.%s is %d bytes at %d, the table says %d at %d", f.name, rm.name, size, m.Offset.Bytes(), rm.width, rm.off)
 			}
 		}
-		// Each field's examples survive the record.
+		// Each field's examples survive the record (and its lists, if it
+		// has any, fd_rule_lists' value).
 		for _, ex := range f.examples {
 			r := kParse(t, ex).Rules[0]
 			var b [recSize]byte
 			encodeRecord(b[:], &r, 1, 2, 0)
 			back, _, _, _, _ := decodeRecord(b[:])
+			lists := encodeLists(&r)
+			if (lists != nil) != (binary.LittleEndian.Uint32(b[recFlags:])&recFlagLists != 0) {
+				t.Errorf("%s: %q: lists %v but the record's FD_REC_LISTS says otherwise", f.name, ex, lists != nil)
+			}
+			if lists != nil {
+				if len(lists) != listsSize {
+					t.Errorf("%s: %q: lists of %d bytes", f.name, ex, len(lists))
+				}
+				if err := decodeLists(lists, &back); err != nil {
+					t.Fatal(err)
+				}
+			}
 			back.Line = r.Line
 			if !reflect.DeepEqual(back, r) {
 				t.Errorf("%s: %q comes back from the record as %q", f.name, ex, back.String())

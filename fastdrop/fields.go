@@ -61,8 +61,9 @@ type matchField struct {
 	// textPos is the field's place in Rule.String's canonical order,
 	// which is older than this table and so is not the table's order.
 	textPos int
-	// ip: only an IPv4 or IPv6 frame can match the field.
-	ip bool
+	// ip: only an IPv4 or IPv6 frame can match the field; v6: only an
+	// IPv6 frame.
+	ip, v6 bool
 	// frames: which IP frames can match the field, beyond ip (the
 	// compiler's kindAllows).
 	frames frameKind
@@ -91,6 +92,13 @@ type matchField struct {
 	// back into r.
 	encode func(b []byte, r *Rule)
 	decode func(b []byte, r *Rule)
+	// num: a numeric field (fields_num.go), its values; numRec where its
+	// record keeps a value of one item.
+	num    *numSpec
+	numRec recNum
+	// numAt is the offset of the field's Num in Nums (numeric fields and
+	// proto's lists).
+	numAt uintptr
 }
 
 // frameKind is what a frame must be for a field to match it, beyond IP.
@@ -143,60 +151,22 @@ const (
 	storeBool                        // bool; set if true (proto: HasProto)
 	storeU8                          // a byte; set if not 0 (len: its Op)
 	storeB2                          // two bytes; set if either is not 0 (FragBits)
+	storeNum                         // a Num in Rule.Nums (at: its offset there); set if it has items
+	storeProto                       // proto: HasProto, or a list in Rule.Nums.Proto
 )
 
 // matchFields are the match fields, in the order messages list them and
 // Rule.Validate checks them. init sets it, since entries refer to the
 // table (which a variable's initializer may not); nothing changes it.
-var matchFields [16]matchField
+var matchFields [17]matchField
 
 func init() {
 	matchFields = [...]matchField{
 		prefixField("src", unsafe.Offsetof(Rule{}.Src), recPlace{recFlagSrc, recSrcLen, recSrc}, func(r *Rule) *netip.Prefix { return &r.Src }, func(p *packet) netip.Addr { return p.src }, 5),
 		prefixField("dst", unsafe.Offsetof(Rule{}.Dst), recPlace{recFlagDst, recDstLen, recDst}, func(r *Rule) *netip.Prefix { return &r.Dst }, func(p *packet) netip.Addr { return p.dst }, 7),
-		{
-			name:     "proto",
-			examples: []string{"drop tcp", "pass proto 47", "drop ether ipv6 icmpv6", "drop proto 44 src 2001:db8::/32 frag"},
-			aliases:  []string{"tcp", "udp", "icmp", "icmpv6"},
-			need:     "proto needs a value (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)",
-			parse: func(r *Rule, v string) string {
-				n, ok := parseProto(v)
-				if !ok {
-					return fmt.Sprintf("unknown protocol %q (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)", clipped(v))
-				}
-				r.Proto, r.HasProto = n, true
-				return ""
-			},
-			twice: func(prev, v string) string {
-				return fmt.Sprintf("protocol given twice (%q, then %q; each field at most once per rule, write two rules to match either)", clipped(prev), clipped(v))
-			},
-			at:    unsafe.Offsetof(Rule{}.HasProto),
-			store: storeBool,
-			text: func(r *Rule) string {
-				if name := protoName(r.Proto); name != "" {
-					return name
-				}
-				return "proto " + strconv.Itoa(int(r.Proto))
-			},
-			textPos:   1,
-			ip:        true,
-			checkZero: true, // a Proto without HasProto
-			check: func(r *Rule) error {
-				if !r.HasProto && r.Proto != 0 {
-					return fmt.Errorf("rule sets protocol %d but its protocol match is off", r.Proto)
-				}
-				return nil
-			},
-			match: func(r *Rule, pkt *packet) bool { return pkt.isIP && r.Proto == pkt.proto },
-			direct: &directField{fld: fldProto, off: int(gen.FastdropFdDirectFD_DIR_PROTO), bits: 8,
-				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.Proto), int(r.Proto)}) }},
-			recFlag: recFlagProto,
-			rec:     []recMember{{"proto", recProto, 1}},
-			encode:  func(b []byte, r *Rule) { b[recProto] = r.Proto },
-			decode:  func(b []byte, r *Rule) { r.Proto, r.HasProto = b[recProto], true },
-		},
-		portField("sport", unsafe.Offsetof(Rule{}.SrcPort), recPlace{flag: recFlagSport, val: recSport}, fldSport, int(gen.FastdropFdDirectFD_DIR_SPORT), func(r *Rule) **PortRange { return &r.SrcPort }, func(p *packet) uint16 { return p.sport }, 6),
-		portField("dport", unsafe.Offsetof(Rule{}.DstPort), recPlace{flag: recFlagDport, val: recDport}, fldDport, int(gen.FastdropFdDirectFD_DIR_DPORT), func(r *Rule) **PortRange { return &r.DstPort }, func(p *packet) uint16 { return p.dport }, 8),
+		protoField(),
+		portField("sport", unsafe.Offsetof(Nums{}.Sport), recFlagSport, recSport, fldSport, int(gen.FastdropFdDirectFD_DIR_SPORT), func(p *packet) uint16 { return p.sport }, 6),
+		portField("dport", unsafe.Offsetof(Nums{}.Dport), recFlagDport, recDport, fldDport, int(gen.FastdropFdDirectFD_DIR_DPORT), func(p *packet) uint16 { return p.dport }, 8),
 		{
 			name:     "ether",
 			examples: []string{"drop ether arp", "pass ether 0x1234", "drop ether ipv4 udp dst 10.0.0.0/8"},
@@ -260,44 +230,17 @@ func init() {
 			encode:  func([]byte, *Rule) {},
 			decode:  func(_ []byte, r *Rule) { r.Fragment = true },
 		},
-		{
-			name:     "ttl",
-			examples: []string{"drop udp ttl 0-2", "drop src 192.0.2.0/24 ttl 64", "pass ether ipv6 ttl 255", "drop frag ttl 1", "drop udp ttl <3", "drop ttl >=250", "drop ttl >1", "drop ttl <=64"},
-			need:     "ttl needs a value (want a TTL or hop limit 0-255, a range like 0-2, or a comparison like <3)",
-			parse: func(r *Rule, v string) string {
-				br, msg := parseByteRange(v, "a TTL or hop limit 0-255, a range like 0-2, or a comparison like <3")
-				if msg != "" {
-					return fmt.Sprintf("ttl %s: %s", clipped(v), msg)
-				}
-				r.TTL = br
-				return ""
-			},
-			at:      unsafe.Offsetof(Rule{}.TTL),
-			store:   storePtr,
-			text:    func(r *Rule) string { return "ttl " + r.TTL.String() },
-			textPos: 10,
-			ip:      true,
-			check: func(r *Rule) error {
-				if r.TTL.Lo > r.TTL.Hi {
-					return fmt.Errorf("ttl %d-%d: range is empty (write the lower value first)", r.TTL.Lo, r.TTL.Hi)
-				}
-				if !cmpConsistent(int(r.TTL.Lo), int(r.TTL.Hi), 255, r.TTL.Op) {
-					return fmt.Errorf("ttl %d-%d is not what comparison %d leaves", r.TTL.Lo, r.TTL.Hi, r.TTL.Op)
-				}
-				return nil
-			},
-			match: func(r *Rule, pkt *packet) bool { return pkt.isIP && r.TTL.Contains(pkt.ttl) },
-			direct: &directField{fld: int(gen.FastdropFdFieldFD_FLD_TTL), off: int(gen.FastdropFdDirectFD_DIR_TTL), bits: 8,
-				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.TTL.Lo), int(r.TTL.Hi)}) }},
+		numEntry(numOpts{
+			spec:     numSpec{name: "ttl", max: 255, writeMax: 255, want: "a TTL or hop limit 0-255", noun: "a TTL", rng: "0-2", cmp: "<3", list: "1,2,64"},
+			at:       unsafe.Offsetof(Nums{}.TTL),
+			examples: []string{"drop udp ttl 0-2", "drop src 192.0.2.0/24 ttl 64", "pass ether ipv6 ttl 255", "drop frag ttl 1", "drop udp ttl <3", "drop ttl >=250", "drop ttl >1", "drop ttl <=64", "drop ttl 1,2,64", "drop ttl !64,128,255", "drop ttl <3,255"},
+			textPos:  10,
+			ip:       true,
+			value:    func(p *packet) (uint32, bool) { return uint32(p.ttl), p.isIP },
+			fld:      int(gen.FastdropFdFieldFD_FLD_TTL), dir: int(gen.FastdropFdDirectFD_DIR_TTL), bits: 8,
 			recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_TTL),
-			rec:     []recMember{{"ttl_lo", recTTL, 1}, {"ttl_hi", recTTL + 1, 1}, {"ttl_op", recTTLOp, 1}},
-			encode: func(b []byte, r *Rule) {
-				b[recTTL], b[recTTL+1], b[recTTLOp] = r.TTL.Lo, r.TTL.Hi, uint8(r.TTL.Op)
-			},
-			decode: func(b []byte, r *Rule) {
-				r.TTL = &ByteRange{Lo: b[recTTL], Hi: b[recTTL+1], Op: CmpOp(b[recTTLOp])}
-			},
-		},
+			rec:     recNum{lo: recTTL, hi: recTTL + 1, width: 1, op: recTTLOp, named: -1},
+		}),
 		{
 			name:     "flags",
 			examples: []string{"drop tcp flags syn,!ack dport 80", "drop tcp flags ==syn", "drop tcp flags fin,psh,urg", "pass tcp flags ==none", "drop tcp flags !syn,!rst,!ack src 2001:db8::/32"},
@@ -324,7 +267,7 @@ func init() {
 				if fl.Set&fl.Clear != 0 || fl.Exact && fl.Clear != 0 {
 					return fmt.Errorf("flags %s: a flag both set and clear never matches", fl)
 				}
-				if !r.HasProto || r.Proto != ProtoTCP {
+				if !r.protoOnly(func(p uint8) bool { return p == ProtoTCP }) {
 					return fmt.Errorf("flags needs protocol tcp (write e.g. \"tcp flags %s\")", fl)
 				}
 				if r.Fragment {
@@ -351,105 +294,48 @@ func init() {
 				r.TCPFlags = &TCPFlags{Set: b[recTCPSet], Clear: b[recTCPSet+1], Exact: b[recTCPSet+2] != 0}
 			},
 		},
-		{
-			name:     "queue",
-			examples: []string{"redirect udp dport 53 queue 0-3", "drop queue 7", "pass ether arp queue 1"},
-			need:     fmt.Sprintf("queue needs a value (want an rx queue 0-%d or a range like 0-3)", MaxQueue),
-			parse: func(r *Rule, v string) string {
-				q, msg := parseQueueRange(v)
-				if msg != "" {
-					return fmt.Sprintf("queue %s: %s", clipped(v), msg)
-				}
-				r.Queue = q
-				return ""
-			},
-			at:      unsafe.Offsetof(Rule{}.Queue),
-			store:   storePtr,
-			text:    func(r *Rule) string { return "queue " + r.Queue.String() },
-			textPos: 12,
-			check: func(r *Rule) error {
-				switch q := r.Queue; {
-				case q.Lo > q.Hi:
-					return fmt.Errorf("queue %d-%d: range is empty (write the lower queue first)", q.Lo, q.Hi)
-				case int(q.Hi) > MaxQueue:
-					return fmt.Errorf("queue %s: rx queues go up to %d", q, MaxQueue)
-				}
-				return nil
-			},
-			match: func(r *Rule, pkt *packet) bool { return r.Queue.Contains(uint16(min(pkt.queue, uint32(MaxQueue+1)))) },
-			direct: &directField{fld: fldQueue, off: int(gen.FastdropFdDirectFD_DIR_QUEUE), bits: 9,
-				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.Queue.Lo), int(r.Queue.Hi)}) }},
+		numEntry(numOpts{
+			spec:     numSpec{name: "queue", max: uint32(MaxQueue) + 1, writeMax: uint32(MaxQueue), want: fmt.Sprintf("an rx queue 0-%d", MaxQueue), noun: "an rx queue", rng: "0-3", cmp: ">=4", list: "0,2"},
+			at:       unsafe.Offsetof(Nums{}.Queue),
+			examples: []string{"redirect udp dport 53 queue 0-3", "drop queue 7", "pass ether arp queue 1", "drop queue 0,2,5-7", "drop queue !0", "drop queue >=4"},
+			textPos:  12,
+			// Queues past MaxQueue are one value, MaxQueue+1, which no
+			// written range reaches but a negation or >= does.
+			value: func(p *packet) (uint32, bool) { return min(p.queue, uint32(MaxQueue+1)), true },
+			fld:   fldQueue, dir: int(gen.FastdropFdDirectFD_DIR_QUEUE), bits: 9,
 			recFlag: recFlagQueue,
-			rec:     []recMember{{"queue_lo", recQueue, 2}, {"queue_hi", recQueue + 2, 2}},
-			encode: func(b []byte, r *Rule) {
-				binary.LittleEndian.PutUint16(b[recQueue:], r.Queue.Lo)
-				binary.LittleEndian.PutUint16(b[recQueue+2:], r.Queue.Hi)
-			},
-			decode: func(b []byte, r *Rule) {
-				r.Queue = &PortRange{Lo: binary.LittleEndian.Uint16(b[recQueue:]), Hi: binary.LittleEndian.Uint16(b[recQueue+2:])}
-			},
-		},
-		{
-			name:     "dscp",
-			examples: []string{"drop dscp 46", "drop dscp ef", "pass udp dscp af41", "drop src 2001:db8::/32 dscp cs1", "drop dscp 8-15", "drop dscp >=32", "drop dscp <8"},
-			need:     "dscp needs a value (" + wantDSCP + ")",
-			parse: func(r *Rule, v string) string {
-				d, msg := parseDSCP(v)
-				if msg != "" {
-					return fmt.Sprintf("dscp %s: %s", clipped(v), msg)
-				}
-				r.DSCP = d
-				return ""
-			},
-			at:      unsafe.Offsetof(Rule{}.DSCP),
-			store:   storePtr,
-			text:    func(r *Rule) string { return "dscp " + r.DSCP.String() },
-			textPos: 11,
-			ip:      true,
-			check: func(r *Rule) error {
-				if d := r.DSCP; d.Lo > d.Hi || d.Hi > 63 || d.Named && d.Lo != d.Hi || !cmpConsistent(int(d.Lo), int(d.Hi), 63, d.Op) {
-					return fmt.Errorf("dscp %d-%d: want a range within 0-63, lower value first", d.Lo, d.Hi)
-				}
-				return nil
-			},
-			match: func(r *Rule, pkt *packet) bool { return pkt.isIP && r.DSCP.Lo <= pkt.dscp && pkt.dscp <= r.DSCP.Hi },
-			direct: &directField{fld: int(gen.FastdropFdFieldFD_FLD_DSCP), off: int(gen.FastdropFdDirectFD_DIR_DSCP), bits: 6,
-				spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.DSCP.Lo), int(r.DSCP.Hi)}) }},
+			rec:     recNum{lo: recQueue, hi: recQueue + 2, width: 2, op: -1, named: -1},
+		}),
+		numEntry(numOpts{
+			spec: numSpec{name: "dscp", max: 63, writeMax: 63, want: "a codepoint 0-63 or a name: ef, af11 to af43, cs0 to cs7", noun: "a codepoint", rng: "8-15", cmp: ">=32", list: "ef,af41",
+				over: func(n uint32) string {
+					return fmt.Sprintf("%d is not a codepoint: DSCP has 6 bits, 0-63 (the TOS byte %d is DSCP %d)", n, n, (n&255)>>2)
+				},
+				named: func(_ *Rule, v uint32) string { return dscpName(uint8(v)) },
+				byName: func(_ *Rule, s string) (uint32, string) {
+					for v := range uint8(64) {
+						if dscpName(v) == s {
+							return uint32(v), ""
+						}
+					}
+					return 0, fmt.Sprintf("unknown codepoint name %q (%s)", clipped(s), wantDSCP)
+				}},
+			at:       unsafe.Offsetof(Nums{}.DSCP),
+			examples: []string{"drop dscp 46", "drop dscp ef", "pass udp dscp af41", "drop src 2001:db8::/32 dscp cs1", "drop dscp 8-15", "drop dscp >=32", "drop dscp <8", "drop dscp ef,af41,cs1", "drop dscp !0"},
+			textPos:  11,
+			ip:       true,
+			value:    func(p *packet) (uint32, bool) { return uint32(p.dscp), p.isIP },
+			fld:      int(gen.FastdropFdFieldFD_FLD_DSCP), dir: int(gen.FastdropFdDirectFD_DIR_DSCP), bits: 6,
 			recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_DSCP),
-			rec:     []recMember{{"dscp_lo", recDSCP, 1}, {"dscp_hi", recDSCP + 1, 1}, {"dscp_named", recDSCP + 2, 1}, {"dscp_op", recDSCPOp, 1}},
-			encode: func(b []byte, r *Rule) {
-				b[recDSCP], b[recDSCP+1], b[recDSCP+2], b[recDSCPOp] = r.DSCP.Lo, r.DSCP.Hi, 0, uint8(r.DSCP.Op)
-				if r.DSCP.Named {
-					b[recDSCP+2] = 1
-				}
-			},
-			decode: func(b []byte, r *Rule) {
-				r.DSCP = &DSCPRange{Lo: b[recDSCP], Hi: b[recDSCP+1], Named: b[recDSCP+2] != 0, Op: CmpOp(b[recDSCPOp])}
-			},
-		},
-		icmpField("type", unsafe.Offsetof(Rule{}.ICMPType), 3),
-		icmpField("code", unsafe.Offsetof(Rule{}.ICMPCode), 4),
+			rec:     recNum{lo: recDSCP, hi: recDSCP + 1, width: 1, op: recDSCPOp, named: recDSCP + 2},
+		}),
+		icmpField("type", unsafe.Offsetof(Nums{}.Type), 3),
+		icmpField("code", unsafe.Offsetof(Nums{}.Code), 4),
 		lenField(),
 		fragBitsField(),
 		portEitherField(),
+		flowLabelField(),
 	}
-}
-
-// ICMPType is what type matches: the ICMP or ICMPv6 type in Lo-Hi. Named:
-// written by its name, which depends on the protocol (echo-request is 8 in
-// ICMP, 128 in ICMPv6) and String writes back.
-type ICMPType struct {
-	Lo, Hi uint8
-	Named  bool
-	Op     CmpOp // how it was written, as ByteRange.Op
-}
-
-// icmpOp returns the comparison type's or code's range was written with.
-func icmpOp(r *Rule, isType bool) CmpOp {
-	if isType {
-		return r.ICMPType.Op
-	}
-	return r.ICMPCode.Op
 }
 
 // icmpTypeNames are the names of ICMP types (RFC 792) and ICMPv6 types
@@ -473,136 +359,56 @@ func icmpTypeName(proto, v uint8) string {
 	return ""
 }
 
-// icmpField is the entry of type or code: a value or range of the ICMP or
-// ICMPv6 header's first (type) or second (code) byte.
+// icmpField is the entry of type or code: the ICMP or ICMPv6 header's
+// first (type) or second (code) byte.
 func icmpField(name string, at uintptr, textPos int) matchField {
-	isType := name == "type"
-	want := "a number 0-255 or a range like 3-5"
-	if isType {
-		want += ", or after icmp or icmpv6 a name such as echo-request"
+	o := numOpts{
+		spec:     numSpec{name: name, max: 255, writeMax: 255, want: "a number 0-255", rng: "3-5", cmp: ">=128", list: "3,11"},
+		at:       at,
+		examples: []string{"drop icmp " + name + " 3", "drop icmpv6 " + name + " 128-129", "pass icmp " + name + " 0 src 192.0.2.0/24", "drop icmp " + name + " >=128", "drop icmpv6 " + name + " <4", "drop icmp " + name + " 0,3-5,11", "drop icmp " + name + " !0"},
+		textPos:  textPos,
+		ip:       true,
+		frames:   framesFirst,
+		fld:      int(gen.FastdropFdFieldFD_FLD_CODE), dir: int(gen.FastdropFdDirectFD_DIR_CODE), bits: 8,
+		recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_CODE),
+		rec:     recNum{lo: recCode, hi: recCode + 1, width: 1, op: recCodeOp, named: -1},
+		value:   func(p *packet) (uint32, bool) { return uint32(p.icmpCode), p.hasICMP },
 	}
-	lohi := func(r *Rule) (uint8, uint8) {
-		if isType {
-			return r.ICMPType.Lo, r.ICMPType.Hi
-		}
-		return r.ICMPCode.Lo, r.ICMPCode.Hi
-	}
-	fld, dir, flag, rec := int(gen.FastdropFdFieldFD_FLD_CODE), int(gen.FastdropFdDirectFD_DIR_CODE), uint32(gen.FastdropFdRecFlagsFD_REC_CODE), recCode
-	recOp := recCodeOp
-	members := []recMember{{"code_lo", recCode, 1}, {"code_hi", recCode + 1, 1}, {"code_op", recCodeOp, 1}}
-	if isType {
-		fld, dir, flag, rec = int(gen.FastdropFdFieldFD_FLD_TYPE), int(gen.FastdropFdDirectFD_DIR_TYPE), uint32(gen.FastdropFdRecFlagsFD_REC_TYPE), recType
-		recOp = recTypeOp
-		members = []recMember{{"type_lo", recType, 1}, {"type_hi", recType + 1, 1}, {"type_named", recTypeNamed, 1}, {"type_op", recTypeOp, 1}}
-	}
-	examples := []string{"drop icmp " + name + " 3", "drop icmpv6 " + name + " 128-129", "pass icmp " + name + " 0 src 192.0.2.0/24", "drop icmp " + name + " >=128", "drop icmpv6 " + name + " <4"}
-	if isType {
-		examples = append(examples, "drop icmp type echo-request", "drop icmpv6 type nd-neighbor-solicit", "drop icmp type 3 code 4")
-	}
-	return matchField{
-		name:     name,
-		examples: examples,
-		need:     name + " needs a value (want " + want + ")",
-		parse: func(r *Rule, v string) string {
-			if isType && v != "" && v[0] >= 'a' && v[0] <= 'z' {
-				if !r.HasProto || icmpTypeNames[r.Proto] == nil {
-					return fmt.Sprintf("type %s: write icmp or icmpv6 before a type name (its number depends on the protocol), or the type's number", clipped(v))
-				}
-				n, ok := icmpTypeNames[r.Proto][v]
-				if !ok {
-					names := make([]string, 0, len(icmpTypeNames[r.Proto]))
-					for k := range icmpTypeNames[r.Proto] {
-						names = append(names, k)
-					}
-					slices.Sort(names)
-					return fmt.Sprintf("type %s: unknown %s type (want a number 0-255 or one of %s)", clipped(v), protoName(r.Proto), strings.Join(names, ", "))
-				}
-				r.ICMPType = &ICMPType{Lo: n, Hi: n, Named: true}
-				return ""
-			}
-			br, msg := parseByteRange(v, want)
-			if msg != "" {
-				return fmt.Sprintf("%s %s: %s", name, clipped(v), msg)
-			}
-			if isType {
-				r.ICMPType = &ICMPType{Lo: br.Lo, Hi: br.Hi, Op: br.Op}
-			} else {
-				r.ICMPCode = br
-			}
-			return ""
-		},
-		at:    at,
-		store: storePtr,
-		text: func(r *Rule) string {
-			if isType && r.ICMPType.Named {
-				return "type " + icmpTypeName(r.Proto, r.ICMPType.Lo)
-			}
-			lo, hi := lohi(r)
-			op := r.ICMPCode
-			if isType {
-				return name + " " + ByteRange{Lo: lo, Hi: hi, Op: r.ICMPType.Op}.String()
-			}
-			return name + " " + op.String()
-		},
-		textPos: textPos,
-		ip:      true,
-		frames:  framesFirst,
-		check: func(r *Rule) error {
-			lo, hi := lohi(r)
-			if lo > hi {
-				return fmt.Errorf("%s %d-%d: range is empty (write the lower value first)", name, lo, hi)
-			}
-			if op := icmpOp(r, isType); !cmpConsistent(int(lo), int(hi), 255, op) {
-				return fmt.Errorf("%s %d-%d is not what comparison %d leaves", name, lo, hi, op)
-			}
+	if name == "type" {
+		o.spec.want = "a number 0-255 (after icmp or icmpv6 also a name such as echo-request)"
+		o.spec.list = "0,8"
+		o.spec.named = func(r *Rule, v uint32) string { return icmpTypeName(r.Proto, uint8(v)) }
+		o.spec.byName = func(r *Rule, s string) (uint32, string) {
 			if !r.HasProto || icmpTypeNames[r.Proto] == nil {
-				return fmt.Errorf("%s needs protocol icmp or icmpv6 (write e.g. \"icmp %s %s\")", name, name, ByteRange{Lo: lo, Hi: hi})
+				return 0, fmt.Sprintf("write icmp or icmpv6 before a type name (its number depends on the protocol), or the type's number, not %q", clipped(s))
 			}
-			if isType && r.ICMPType.Named && (lo != hi || icmpTypeName(r.Proto, lo) == "") {
-				return fmt.Errorf("type %d of %s has no name", lo, protoName(r.Proto))
+			n, ok := icmpTypeNames[r.Proto][s]
+			if !ok {
+				names := make([]string, 0, len(icmpTypeNames[r.Proto]))
+				for k := range icmpTypeNames[r.Proto] {
+					names = append(names, k)
+				}
+				slices.Sort(names)
+				return 0, fmt.Sprintf("unknown %s type %q (want a number 0-255 or one of %s)", protoName(r.Proto), clipped(s), strings.Join(names, ", "))
 			}
-			if r.Fragment {
-				return fmt.Errorf("frag never matches together with %s: non-first fragments carry no ICMP header", name)
-			}
-			return nil
-		},
-		match: func(r *Rule, pkt *packet) bool {
-			lo, hi := lohi(r)
-			v := pkt.icmpCode
-			if isType {
-				v = pkt.icmpType
-			}
-			return pkt.hasICMP && lo <= v && v <= hi
-		},
-		direct: &directField{fld: fld, off: dir, bits: 8,
-			spans: func(r *Rule, dst []span) []span { lo, hi := lohi(r); return append(dst, span{int(lo), int(hi)}) }},
-		recFlag: flag,
-		rec:     members,
-		encode: func(b []byte, r *Rule) {
-			b[rec], b[rec+1] = lohi(r)
-			b[recOp] = uint8(icmpOp(r, isType))
-			if isType && r.ICMPType.Named {
-				b[recTypeNamed] = 1
-			}
-		},
-		decode: func(b []byte, r *Rule) {
-			if isType {
-				r.ICMPType = &ICMPType{Lo: b[rec], Hi: b[rec+1], Named: b[recTypeNamed] != 0, Op: CmpOp(b[recOp])}
-			} else {
-				r.ICMPCode = &ByteRange{Lo: b[rec], Hi: b[rec+1], Op: CmpOp(b[recOp])}
-			}
-		},
+			return uint32(n), ""
+		}
+		o.examples = append(o.examples, "drop icmp type echo-request", "drop icmpv6 type nd-neighbor-solicit", "drop icmp type 3 code 4", "drop icmp type echo-request,echo-reply", "drop icmpv6 type !echo-request,130-132")
+		o.fld, o.dir = int(gen.FastdropFdFieldFD_FLD_TYPE), int(gen.FastdropFdDirectFD_DIR_TYPE)
+		o.recFlag = uint32(gen.FastdropFdRecFlagsFD_REC_TYPE)
+		o.rec = recNum{lo: recType, hi: recType + 1, width: 1, op: recTypeOp, named: recTypeNamed}
+		o.value = func(p *packet) (uint32, bool) { return uint32(p.icmpType), p.hasICMP }
 	}
-}
-
-// DSCPRange is what dscp matches: the Differentiated Services codepoint
-// (RFC 2474: the IPv4 TOS byte's or IPv6 traffic class's top 6 bits) in
-// Lo-Hi. Named: written by its name (ef, af11 ... af43, cs0 ... cs7), which
-// String writes back.
-type DSCPRange struct {
-	Lo, Hi uint8
-	Named  bool
-	Op     CmpOp // how it was written, as ByteRange.Op
+	o.check = func(r *Rule, n *Num) error {
+		if !r.protoOnly(func(p uint8) bool { return icmpTypeNames[p] != nil }) {
+			return fmt.Errorf("%s needs protocol icmp or icmpv6 (write e.g. \"icmp %s %s\")", name, name, o.spec.text(r, n))
+		}
+		if r.Fragment {
+			return fmt.Errorf("frag never matches together with %s: non-first fragments carry no ICMP header", name)
+		}
+		return nil
+	}
+	return numEntry(o)
 }
 
 const wantDSCP = "want a codepoint 0-63, a range like 8-15, or a name: ef, af11 to af43, cs0 to cs7"
@@ -618,38 +424,6 @@ func dscpName(v uint8) string {
 		return "af" + strconv.Itoa(int(v/8)) + strconv.Itoa(int(v%8/2))
 	}
 	return ""
-}
-
-func (d DSCPRange) String() string {
-	if d.Named {
-		return dscpName(d.Lo)
-	}
-	return rangeText(int(d.Lo), int(d.Hi), d.Op)
-}
-
-func parseDSCP(s string) (*DSCPRange, string) {
-	if s != "" && s[0] >= 'a' && s[0] <= 'z' {
-		for v := range uint8(64) {
-			if n := dscpName(v); n == s {
-				return &DSCPRange{Lo: v, Hi: v, Named: true}, ""
-			}
-		}
-		return nil, "unknown codepoint name (" + wantDSCP + ")"
-	}
-	if lo, hi, op, msg, ok := parseCmp(s, 63, "a codepoint 0-63, a range like 8-15, a comparison like >=32, or a name: ef, af11 to af43, cs0 to cs7"); ok {
-		if msg != "" {
-			return nil, msg
-		}
-		return &DSCPRange{Lo: uint8(lo), Hi: uint8(hi), Op: op}, ""
-	}
-	br, msg := parseByteRange(s, "a codepoint 0-63, a range like 8-15, or a name: ef, af11 to af43, cs0 to cs7")
-	if msg != "" {
-		return nil, msg
-	}
-	if br.Hi > 63 {
-		return nil, fmt.Sprintf("%d is not a codepoint: DSCP has 6 bits, 0-63 (the TOS byte %d is DSCP %d)", br.Hi, br.Hi, br.Hi>>2)
-	}
-	return &DSCPRange{Lo: br.Lo, Hi: br.Hi}, ""
 }
 
 // valueSpans appends the values v < n that ok allows to dst, as spans.
@@ -748,131 +522,6 @@ func parseTCPFlags(s string) (*TCPFlags, string) {
 	return f, ""
 }
 
-// ByteRange is an inclusive range of the values of an 8-bit field (ttl); a
-// single value has Lo == Hi.
-// Op says how it was written, for String: CmpNone or CmpRange for N or
-// LO-HI; a comparison (<3 is 0-2 with CmpLT, >=64 is 64-255 with CmpGE).
-type ByteRange struct {
-	Lo, Hi uint8
-	Op     CmpOp
-}
-
-// Contains reports whether Lo <= v <= Hi.
-func (b ByteRange) Contains(v uint8) bool { return b.Lo <= v && v <= b.Hi }
-
-func (b ByteRange) String() string { return rangeText(int(b.Lo), int(b.Hi), b.Op) }
-
-// rangeText writes lo-hi as written with op: N, LO-HI, >N, >=N, <N, <=N.
-func rangeText(lo, hi int, op CmpOp) string {
-	switch op {
-	case CmpGT:
-		return ">" + strconv.Itoa(lo-1)
-	case CmpGE:
-		return ">=" + strconv.Itoa(lo)
-	case CmpLT:
-		return "<" + strconv.Itoa(hi+1)
-	case CmpLE:
-		return "<=" + strconv.Itoa(hi)
-	}
-	if lo == hi {
-		return strconv.Itoa(lo)
-	}
-	return strconv.Itoa(lo) + "-" + strconv.Itoa(hi)
-}
-
-// cmpConsistent reports whether lo-hi is what op leaves of 0-max (a
-// comparison's range reaches 0 or max; a range may be anything).
-func cmpConsistent(lo, hi, max int, op CmpOp) bool {
-	switch op {
-	case CmpNone, CmpRange:
-		return true
-	case CmpGT:
-		return lo > 0 && hi == max
-	case CmpGE:
-		return hi == max
-	case CmpLT, CmpLE:
-		return lo == 0 && (op == CmpLE || hi < max)
-	}
-	return false
-}
-
-// parseCmp parses a comparison with a value of 0-max (>N, >=N, <N, <=N) into
-// the range it leaves; ok is false if s is not a comparison.
-func parseCmp(s string, max int, want string) (lo, hi int, op CmpOp, msg string, ok bool) {
-	for _, op := range []CmpOp{CmpGE, CmpLE, CmpGT, CmpLT} {
-		rest, found := strings.CutPrefix(s, cmpText[op])
-		if !found {
-			continue
-		}
-		n, isNum := parseUint(rest, 6)
-		if !isNum || n > max {
-			return 0, 0, 0, fmt.Sprintf("%q is not a number 0-%d (want %s)", clipped(rest), max, want), true
-		}
-		switch op {
-		case CmpGT:
-			if n == max {
-				return 0, 0, 0, fmt.Sprintf(">%d never matches: no value is above %d", n, max), true
-			}
-			return n + 1, max, op, "", true
-		case CmpGE:
-			return n, max, op, "", true
-		case CmpLT:
-			if n == 0 {
-				return 0, 0, 0, "<0 never matches: no value is below 0", true
-			}
-			return 0, n - 1, op, "", true
-		}
-		return 0, n, op, "", true
-	}
-	return 0, 0, 0, "", false
-}
-
-// parseByteRange parses "N", "LO-HI" (0-255) or a comparison (>N, >=N,
-// <N, <=N); want says what is wanted.
-func parseByteRange(s, want string) (*ByteRange, string) {
-	if lo, hi, op, msg, ok := parseCmp(s, 255, want); ok {
-		if msg != "" {
-			return nil, msg
-		}
-		return &ByteRange{Lo: uint8(lo), Hi: uint8(hi), Op: op}, ""
-	}
-	los, his, isRange := strings.Cut(s, "-")
-	lo, ok := parseUint(los, 3)
-	if !ok || lo > 255 {
-		return nil, fmt.Sprintf("%q is not a number 0-255 (want %s)", clipped(los), want)
-	}
-	hi := lo
-	if isRange {
-		if hi, ok = parseUint(his, 3); !ok || hi > 255 {
-			return nil, fmt.Sprintf("%q is not a number 0-255 (want %s)", clipped(his), want)
-		}
-		if lo > hi {
-			return nil, fmt.Sprintf("range is empty (write the lower value first: %d-%d)", hi, lo)
-		}
-	}
-	return &ByteRange{Lo: uint8(lo), Hi: uint8(hi)}, ""
-}
-
-// parseQueueRange reads an rx queue or an inclusive range of them.
-func parseQueueRange(s string) (*PortRange, string) {
-	want := fmt.Sprintf("want an rx queue 0-%d or a range like 0-3", MaxQueue)
-	los, his, isRange := strings.Cut(s, "-")
-	lo, ok := parseUint(los, 3)
-	if !ok || lo > MaxQueue {
-		return nil, fmt.Sprintf("%q is not an rx queue (%s)", clipped(los), want)
-	}
-	hi := lo
-	if isRange {
-		if hi, ok = parseUint(his, 3); !ok || hi > MaxQueue {
-			return nil, fmt.Sprintf("%q is not an rx queue (%s)", clipped(his), want)
-		}
-		if lo > hi {
-			return nil, fmt.Sprintf("range is empty (write the lower queue first: %d-%d)", hi, lo)
-		}
-	}
-	return &PortRange{Lo: uint16(lo), Hi: uint16(hi)}, ""
-}
-
 // prefixField is the entry of an address field, src or dst: a prefix,
 // IPv4 or IPv6, matched against the frame's address that addr returns.
 func prefixField(name string, at uintptr, rf recPlace, get func(*Rule) *netip.Prefix, addr func(*packet) netip.Addr, textPos int) matchField {
@@ -951,57 +600,176 @@ type recPlace struct {
 	len, val int
 }
 
-// portField is the entry of a port field, sport or dport: a port or an
-// inclusive range, of TCP or UDP.
-func portField(name string, at uintptr, rf recPlace, fld, dir int, get func(*Rule) **PortRange, port func(*packet) uint16, textPos int) matchField {
-	return matchField{
-		name:     name,
-		examples: []string{"drop udp " + name + " 53", "pass tcp " + name + " 1024-65535", "drop udp " + name + " 0"},
-		need:     name + " needs a value (want a port 0-65535 or a range like 1024-65535)",
-		parse: func(r *Rule, v string) string {
-			pr, msg := parsePortRange(v)
-			if msg != "" {
-				return fmt.Sprintf("%s %s: %s", name, clipped(v), msg)
+// flowLabelField is the entry of flowlabel: the IPv6 flow label (FlowSpec
+// type 13, RFC 8956 3.7), 20 bits, a direct field.
+func flowLabelField() matchField {
+	return numEntry(numOpts{
+		spec: numSpec{name: "flowlabel", max: 1<<20 - 1, writeMax: 1<<20 - 1, hex: true,
+			want: "an IPv6 flow label 0-1048575 or 0x0-0xfffff", noun: "a flow label", rng: "0x100-0x1ff", cmp: "<0x100", list: "0x12345,7"},
+		at:       unsafe.Offsetof(Nums{}.FlowLabel),
+		examples: []string{"drop flowlabel 0x12345", "drop src 2001:db8::/32 flowlabel 0-15", "pass udp flowlabel !0", "drop flowlabel 0x100-0x1ff,0xfffff", "drop tcp dport 80 flowlabel >=0x80000", "drop ether ipv6 flowlabel <16,1048575"},
+		textPos:  16,
+		ip:       true,
+		v6:       true,
+		check: func(r *Rule, n *Num) error {
+			if r.family() == 4 {
+				return fmt.Errorf("flowlabel is IPv6's (RFC 8956): IPv4 has no flow label, so an IPv4 rule with one never matches; leave it out, or write the rule for IPv6 (an IPv6 src or dst, or ether ipv6)")
 			}
-			*get(r) = pr
-			return ""
-		},
-		at:      at,
-		store:   storePtr,
-		text:    func(r *Rule) string { return name + " " + (*get(r)).String() },
-		textPos: textPos,
-		ip:      true,
-		check: func(r *Rule) error {
-			p := *get(r)
-			if p == nil {
-				return nil
-			}
-			if p.Lo > p.Hi {
-				return fmt.Errorf("%s %d-%d: range is empty (write the lower port first)", name, p.Lo, p.Hi)
-			}
-			if !r.HasProto || (r.Proto != ProtoTCP && r.Proto != ProtoUDP) {
-				return fmt.Errorf("%s needs protocol tcp or udp (write e.g. \"udp %s %s\")", name, name, p)
-			}
-			if r.Fragment {
-				return fmt.Errorf("frag never matches together with %s: non-first fragments carry no L4 header", name)
+			if r.protoOnly(func(p uint8) bool { return p == ProtoICMP }) {
+				return fmt.Errorf("flowlabel never matches with icmp (IPv4's ICMP): write icmpv6")
 			}
 			return nil
 		},
-		frames: framesPorts,
-		match:  func(r *Rule, pkt *packet) bool { return pkt.hasPorts && (*get(r)).Contains(port(pkt)) },
-		direct: &directField{fld: fld, off: dir, bits: 16,
-			spans: func(r *Rule, dst []span) []span { p := *get(r); return append(dst, span{int(p.Lo), int(p.Hi)}) }},
-		recFlag: rf.flag,
-		rec:     []recMember{{name + "_lo", rf.val, 2}, {name + "_hi", rf.val + 2, 2}},
-		encode: func(b []byte, r *Rule) {
-			p := *get(r)
-			binary.LittleEndian.PutUint16(b[rf.val:], p.Lo)
-			binary.LittleEndian.PutUint16(b[rf.val+2:], p.Hi)
-		},
-		decode: func(b []byte, r *Rule) {
-			*get(r) = &PortRange{Lo: binary.LittleEndian.Uint16(b[rf.val:]), Hi: binary.LittleEndian.Uint16(b[rf.val+2:])}
-		},
+		value: func(p *packet) (uint32, bool) { return p.flowLabel, p.isIP && p.src.Is6() },
+		fld:   int(gen.FastdropFdFieldFD_FLD_FLOWLABEL), dir: int(gen.FastdropFdDirectFD_DIR_FLOWLABEL), bits: 20,
+		recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_FLOWLABEL),
+		rec:     recNum{never: true},
+	})
+}
+
+// protoSpec is the numSpec of proto's lists.
+var protoSpec = numSpec{name: "proto", max: 255, writeMax: 255, want: "tcp, udp, icmp, icmpv6 or a protocol number 0-255", noun: "a protocol", rng: "1-5", cmp: ">=128", list: "tcp,udp",
+	named: func(_ *Rule, v uint32) string { return protoName(uint8(v)) },
+	byName: func(_ *Rule, s string) (uint32, string) {
+		if n, ok := parseProto(s); ok {
+			return uint32(n), ""
+		}
+		return 0, fmt.Sprintf("unknown protocol %q (want tcp, udp, icmp, icmpv6 or a protocol number 0-255)", clipped(s))
+	}}
+
+// protoField is the entry of proto: one protocol (Rule.Proto with
+// HasProto, as most rules have it: "tcp", "proto 47"), or a list,
+// range, comparison or negation of them (Rule.Nums.Proto: "proto
+// tcp,udp", "proto !6").
+func protoField() matchField {
+	list := func(r *Rule) *Num {
+		if r.HasProto || r.Nums == nil || !r.Nums.Proto.IsSet() {
+			return nil
+		}
+		return &r.Nums.Proto
 	}
+	return matchField{
+		name:     "proto",
+		examples: []string{"drop tcp", "pass proto 47", "drop ether ipv6 icmpv6", "drop proto 44 src 2001:db8::/32 frag", "drop proto tcp,udp", "drop proto !tcp,udp,1", "drop proto 132,tcp dst 192.0.2.0/24", "pass proto >=143", "drop proto tcp,udp dport 53"},
+		aliases:  []string{"tcp", "udp", "icmp", "icmpv6"},
+		need:     "proto needs a value (want tcp, udp, icmp, icmpv6 or a protocol number 0-255, or a list like tcp,udp)",
+		parse: func(r *Rule, v string) string {
+			if n, ok := parseProto(v); ok {
+				r.Proto, r.HasProto = n, true
+				return ""
+			}
+			if !strings.ContainsAny(v, ",!<>-") {
+				return fmt.Sprintf("unknown protocol %q (want tcp, udp, icmp, icmpv6 or a protocol number 0-255, or a list like tcp,udp)", clipped(v))
+			}
+			n, msg := parseNum(&protoSpec, r, v)
+			if msg != "" {
+				return fmt.Sprintf("proto %s: %s", clipped(v), msg)
+			}
+			r.nums().Proto = n
+			return ""
+		},
+		twice: func(prev, v string) string {
+			return fmt.Sprintf("protocol given twice (%q, then %q; each field at most once per rule: write a list like proto tcp,udp to match either)", clipped(prev), clipped(v))
+		},
+		at:    unsafe.Offsetof(Rule{}.HasProto),
+		store: storeProto,
+		numAt: unsafe.Offsetof(Nums{}.Proto),
+		num:   &protoSpec,
+		// A list is never in the record: its proto member holds one.
+		numRec: recNum{lo: recProto, hi: recProto, width: 1, op: -1, named: -1},
+		text: func(r *Rule) string {
+			if n := list(r); n != nil {
+				return "proto " + protoSpec.text(r, n)
+			}
+			if name := protoName(r.Proto); name != "" {
+				return name
+			}
+			return "proto " + strconv.Itoa(int(r.Proto))
+		},
+		textPos:   1,
+		ip:        true,
+		checkZero: true, // a Proto without HasProto
+		check: func(r *Rule) error {
+			if !r.HasProto && r.Proto != 0 {
+				return fmt.Errorf("rule sets protocol %d but its protocol match is off", r.Proto)
+			}
+			if n := list(r); n != nil {
+				return protoSpec.check(r, n)
+			}
+			return nil
+		},
+		match: func(r *Rule, pkt *packet) bool {
+			if n := list(r); n != nil {
+				return pkt.isIP && n.Contains(uint32(pkt.proto))
+			}
+			return pkt.isIP && r.Proto == pkt.proto
+		},
+		direct: &directField{fld: fldProto, off: int(gen.FastdropFdDirectFD_DIR_PROTO), bits: 8,
+			spans: func(r *Rule, dst []span) []span {
+				if n := list(r); n != nil {
+					return n.spans(dst, 255)
+				}
+				return append(dst, span{int(r.Proto), int(r.Proto)})
+			}},
+		recFlag: recFlagProto,
+		rec:     []recMember{{"proto", recProto, 1}},
+		encode:  func(b []byte, r *Rule) { b[recProto] = r.Proto },
+		decode:  func(b []byte, r *Rule) { r.Proto, r.HasProto = b[recProto], true },
+	}
+}
+
+// protoOnly reports whether r matches only protocols that ok accepts: it
+// has a protocol, or a list of them, all of which ok accepts.
+func (r *Rule) protoOnly(ok func(p uint8) bool) bool {
+	if r.HasProto {
+		return ok(r.Proto)
+	}
+	if r.Nums == nil || !r.Nums.Proto.IsSet() {
+		return false
+	}
+	for _, s := range r.Nums.Proto.spans(nil, 255) {
+		for p := s.lo; p <= s.hi; p++ {
+			if !ok(uint8(p)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// portSpec is the numSpec of a port field.
+func portSpec(name string) numSpec {
+	return numSpec{name: name, max: 65535, writeMax: 65535, want: "a port 0-65535", noun: "a port", rng: "1024-65535", cmp: "<1024", list: "53,123"}
+}
+
+// needPorts is the check of a port field (sport, dport, port): TCP or
+// UDP, and no frag (non-first fragments carry no L4 header).
+func needPorts(r *Rule, name, val string) error {
+	if !r.protoOnly(func(p uint8) bool { return p == ProtoTCP || p == ProtoUDP }) {
+		return fmt.Errorf("%s needs protocol tcp or udp (write e.g. \"udp %s %s\")", name, name, val)
+	}
+	if r.Fragment {
+		return fmt.Errorf("frag never matches together with %s: non-first fragments carry no L4 header", name)
+	}
+	return nil
+}
+
+// portField is the entry of a port field, sport or dport, of TCP or UDP.
+func portField(name string, at uintptr, recFlag uint32, recVal, fld, dir int, port func(*packet) uint16, textPos int) matchField {
+	spec := portSpec(name)
+	return numEntry(numOpts{
+		spec:     spec,
+		at:       at,
+		examples: []string{"drop udp " + name + " 53", "pass tcp " + name + " 1024-65535", "drop udp " + name + " 0", "drop udp " + name + " 53,123,161,1900,11211", "drop udp " + name + " 0-1023,11211", "drop tcp " + name + " !22,443", "drop tcp " + name + " <1024", "drop udp " + name + " >=32768,53"},
+		textPos:  textPos,
+		ip:       true,
+		frames:   framesPorts,
+		check:    func(r *Rule, n *Num) error { return needPorts(r, name, spec.text(r, n)) },
+		value:    func(p *packet) (uint32, bool) { return uint32(port(p)), p.hasPorts },
+		fld:      fld, dir: dir, bits: 16,
+		recFlag: recFlag,
+		rec:     recNum{lo: recVal, hi: recVal + 2, width: 2, op: -1, named: -1},
+	})
 }
 
 // fieldByKeyword returns the index in matchFields of the field that the

@@ -151,7 +151,7 @@ func fragBitsField() matchField {
 				return fmt.Errorf("frag %s never matches: a first or last fragment is a fragment", f)
 			case (f.Set|f.Clear)&FragDF != 0 && (r.family() == 6 || r.HasProto && r.Proto == ProtoICMPv6):
 				return fmt.Errorf("frag %s: IPv6 has no DF bit (RFC 8956's fragment bits are any, first and last): leave df out of a rule for IPv6", f)
-			case f.Set&FragLast != 0 && (r.SrcPort != nil || r.DstPort != nil || r.TCPFlags != nil || r.ICMPType != nil || r.ICMPCode != nil):
+			case f.Set&FragLast != 0 && (r.TCPFlags != nil || r.Nums != nil && (r.Nums.Sport.IsSet() || r.Nums.Dport.IsSet() || r.Nums.Type.IsSet() || r.Nums.Code.IsSet())):
 				// (port says so itself.)
 				return fmt.Errorf("frag %s never matches together with ports, flags, type or code: a last fragment is not the first and carries no L4 header (write frag first, or leave them out)", f)
 			}

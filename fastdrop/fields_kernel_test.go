@@ -455,3 +455,139 @@ drop ttl >250 src 203.0.113.0/24        # 4
 	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
 	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
 }
+
+// TestKernelLists: every numeric field takes a value list (values and
+// ranges), a negated list and comparisons, in the kernel as in the
+// model: ports (sport, dport, port, each through the compound tables,
+// with the address fast path's fields and without), len, ttl, dscp,
+// ICMP type and code (queue: TestDifferential); frames tagged, with IPv6 extension
+// headers, fragments (no ports: a port list, even negated, never matches
+// a non-first fragment), and truncated (malformed).
+func TestKernelLists(t *testing.T) {
+	rules := `
+drop udp dport 53,123,161,1900,11211                              # 0
+drop udp dport 0-1023,11211 src 203.0.113.0/24                    # 1
+drop tcp dport !22,443 dst 192.0.2.0/24                           # 2
+pass tcp port 7000,7002-7004                                      # 3
+drop udp sport >=60000 src 10.0.0.0/8 dst 10.9.0.0/16             # 4
+drop ttl 1,2,250-255 dst 198.51.100.0/24                         # 5
+drop dscp ef,af41,0-3 dst 198.51.100.128/25                       # 6
+drop icmp type !0,8                                                # 7
+drop icmpv6 code 1,3 type 1                                        # 8
+drop len 64,1500-1600 dst 192.0.2.128/25                           # 9
+pass len !0-1023 src 2001:db8::/32                                 # 10
+drop udp port !5353 src 2001:db8:1::/48                             # 11
+`
+	u4 := func(src, dst string, sp, dp uint16) []byte {
+		return spec4(src, dst, frames.ProtoUDP, sp, dp).Build().Bytes
+	}
+	t4 := func(src, dst string, sp, dp uint16) []byte {
+		return spec4(src, dst, frames.ProtoTCP, sp, dp).Build().Bytes
+	}
+	pay := func(s frames.Spec, n int) []byte { s.Payload = frames.Pattern(n); return s.Build().Bytes }
+	tos := func(dst string, d uint8) []byte {
+		s := spec4("10.1.1.1", dst, 47, 0, 0)
+		s.TOS = d << 2
+		return s.Build().Bytes
+	}
+	icmp := func(p uint8, typ, code uint8) []byte {
+		var f frames.Frame
+		if p == frames.ProtoICMP {
+			f = spec4("10.1.1.1", "10.2.2.2", p, 0, 0).Build()
+		} else {
+			f = spec6("2001:db9::1", "2001:db9::2", p, 0, 0).Build()
+		}
+		f.Bytes[f.L4], f.Bytes[f.L4+1] = typ, code
+		return f.Bytes
+	}
+	nonfirst := func(s frames.Spec) []byte { s.IPv4FragOffset = 100; return s.Build().Bytes }
+	cases := []matchCase{
+		{"dport 53", u4("10.1.1.1", "10.2.2.2", 9, 53), kCompound(ActionDrop, 0)},
+		{"dport 11211", u4("10.1.1.1", "10.2.2.2", 9, 11211), kCompound(ActionDrop, 0)},
+		{"dport 1900, two VLAN tags", tagged(spec4("10.1.1.1", "10.2.2.2", frames.ProtoUDP, 9, 1900), frames.TPID8021AD, frames.TPID8021Q).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"dport 54", u4("10.1.1.1", "10.2.2.2", 9, 54), kDefault(ActionPass)},
+		{"dport 1022 from 203.0.113.1", u4("203.0.113.1", "10.2.2.2", 9, 1022), kCompound(ActionDrop, 1)},
+		{"dport 1024 from 203.0.113.1", u4("203.0.113.1", "10.2.2.2", 9, 1024), kDefault(ActionPass)},
+		{"tcp dport 80 to 192.0.2.1: not 22 or 443", t4("10.1.1.1", "192.0.2.1", 9, 80), kCompound(ActionDrop, 2)},
+		{"tcp dport 22 to 192.0.2.1", t4("10.1.1.1", "192.0.2.1", 9, 22), kDefault(ActionPass)},
+		{"tcp dport 443 to 192.0.2.1", t4("10.1.1.1", "192.0.2.1", 9, 443), kDefault(ActionPass)},
+		{"tcp non-first fragment to 192.0.2.1: no ports", nonfirst(spec4("10.1.1.1", "192.0.2.1", frames.ProtoTCP, 9, 80)), kDefault(ActionPass)},
+		{"tcp sport 7003", t4("10.1.1.1", "10.2.2.2", 7003, 9), kCompound(ActionPass, 3)},
+		{"tcp dport 7000", t4("10.1.1.1", "10.2.2.2", 9, 7000), kCompound(ActionPass, 3)},
+		{"tcp 7001 both", t4("10.1.1.1", "10.2.2.2", 7001, 7001), kDefault(ActionPass)},
+		{"udp sport 60000, all four fields", u4("10.1.2.3", "10.9.8.7", 60000, 9), kCompound(ActionDrop, 4)},
+		{"udp sport 59999, all four fields", u4("10.1.2.3", "10.9.8.7", 59999, 9), kDefault(ActionPass)},
+		{"ttl 2", withTTL(spec4("10.1.1.1", "198.51.100.1", 47, 0, 0), 2), kCompound(ActionDrop, 5)},
+		{"ttl 3", withTTL(spec4("10.1.1.1", "198.51.100.1", 47, 0, 0), 3), kDefault(ActionPass)},
+		{"ttl 251", withTTL(spec4("10.1.1.1", "198.51.100.1", 47, 0, 0), 251), kCompound(ActionDrop, 5)},
+		{"dscp 46", tos("198.51.100.200", 46), kCompound(ActionDrop, 6)},
+		{"dscp 34 (af41)", tos("198.51.100.200", 34), kCompound(ActionDrop, 6)},
+		{"dscp 2", tos("198.51.100.200", 2), kCompound(ActionDrop, 6)},
+		{"dscp 4", tos("198.51.100.200", 4), kDefault(ActionPass)},
+		{"icmp type 3: not 0 or 8", icmp(frames.ProtoICMP, 3, 0), kCompound(ActionDrop, 7)},
+		{"icmp type 8", icmp(frames.ProtoICMP, 8, 0), kDefault(ActionPass)},
+		{"icmp type 0", icmp(frames.ProtoICMP, 0, 0), kDefault(ActionPass)},
+		{"icmpv6 1 code 3", icmp(frames.ProtoICMPv6, 1, 3), kCompound(ActionDrop, 8)},
+		{"icmpv6 1 code 2", icmp(frames.ProtoICMPv6, 1, 2), kDefault(ActionPass)},
+		{"len 64 to 192.0.2.200", pay(spec4("10.1.1.1", "192.0.2.200", 47, 0, 0), 44), kCompound(ActionDrop, 9)},
+		{"len 65 to 192.0.2.200", pay(spec4("10.1.1.1", "192.0.2.200", 47, 0, 0), 45), kDefault(ActionPass)},
+		{"len 1550 to 192.0.2.200", pay(spec4("10.1.1.1", "192.0.2.200", 47, 0, 0), 1530), kCompound(ActionDrop, 9)},
+		{"IPv6 len 1024 from 2001:db8::1", pay(spec6("2001:db8::1", "2001:db9::2", 47, 0, 0), 984), kCompound(ActionPass, 10)},
+		{"IPv6 len 1023 from 2001:db8::1", pay(spec6("2001:db8::1", "2001:db9::2", 47, 0, 0), 983), kDefault(ActionPass)},
+		{"IPv6 len 1024 after extension headers", pay(spec6("2001:db8::1", "2001:db9::2", 47, 0, 0, exth(frames.ProtoHopByHop, 0), exth(frames.ProtoDestOpts, 16)), 984-24), kCompound(ActionPass, 10)},
+		{"udp6 5353 to 5353 from 2001:db8:1::1: port !5353 needs one port not 5353", spec6("2001:db8:1::1", "2001:db9::2", frames.ProtoUDP, 5353, 5353).Build().Bytes, kDefault(ActionPass)},
+		{"udp6 5353 to 54 from 2001:db8:1::1", spec6("2001:db8:1::1", "2001:db9::2", frames.ProtoUDP, 5353, 54).Build().Bytes, kCompound(ActionDrop, 11)},
+		{"udp6 5353 to 54 after extension headers", spec6("2001:db8:1::1", "2001:db9::2", frames.ProtoUDP, 5353, 54, exth(frames.ProtoHopByHop, 0)).Build().Bytes, kCompound(ActionDrop, 11)},
+		{"udp truncated in its header: malformed", u4("10.1.1.1", "10.2.2.2", 9, 53)[:14+20+4], kMalformed(ActionPass)},
+		{"ARP", frames.Spec{EtherType: frames.EtherTypeARP, Payload: frames.Pattern(28)}.Build().Bytes, kDefault(ActionPass)},
+	}
+	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
+	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
+}
+
+// TestKernelFlowLabel: flowlabel matches the IPv6 flow label (20 bits
+// after the traffic class), values, ranges, lists, negations and
+// comparisons, written in decimal or hexadecimal, of IPv6 frames only
+// (an IPv4 frame never matches, not even a negation), tagged, with
+// extension headers, non-first fragments.
+func TestKernelFlowLabel(t *testing.T) {
+	rules := `
+drop flowlabel 0x12345                                      # 0
+drop udp flowlabel 0x100-0x1ff,7 dport 53                   # 1
+pass src 2001:db8::/32 flowlabel !0                         # 2
+drop flowlabel >=0xff000                                    # 3
+drop ether ipv6 frag flowlabel 9                            # 4
+`
+	fl := func(s frames.Spec, label uint32) []byte { s.FlowLabel = label; return s.Build().Bytes }
+	u6 := func(src string, dp uint16, label uint32) []byte {
+		return fl(spec6(src, "2001:db9::2", frames.ProtoUDP, 9, dp), label)
+	}
+	cases := []matchCase{
+		{"label 0x12345", u6("2001:db9::1", 80, 0x12345), kCompound(ActionDrop, 0)},
+		{"label 0x12344", u6("2001:db9::1", 80, 0x12344), kDefault(ActionPass)},
+		{"label 0x12345, two VLAN tags", tagged(func() frames.Spec {
+			s := spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 9, 80)
+			s.FlowLabel = 0x12345
+			return s
+		}(), frames.TPID8021AD, frames.TPID8021Q).Build().Bytes, kCompound(ActionDrop, 0)},
+		{"label 0x12345 with traffic class 0xff", func() []byte {
+			s := spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 9, 80)
+			s.FlowLabel, s.TOS = 0x12345, 0xff
+			return s.Build().Bytes
+		}(), kCompound(ActionDrop, 0)},
+		{"udp 53 label 0x180", u6("2001:db9::1", 53, 0x180), kCompound(ActionDrop, 1)},
+		{"udp 53 label 7", u6("2001:db9::1", 53, 7), kCompound(ActionDrop, 1)},
+		{"udp 53 label 0x200", u6("2001:db9::1", 53, 0x200), kDefault(ActionPass)},
+		{"udp 53 label 0x180 after extension headers", fl(spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 9, 53, exth(frames.ProtoHopByHop, 0), exth(frames.ProtoDestOpts, 8)), 0x180), kCompound(ActionDrop, 1)},
+		{"from 2001:db8::1 label 1", u6("2001:db8::1", 80, 1), kCompound(ActionPass, 2)},
+		{"from 2001:db8::1 label 0", u6("2001:db8::1", 80, 0), kDefault(ActionPass)},
+		{"label 0xfffff", u6("2001:db9::1", 80, 0xfffff), kCompound(ActionDrop, 3)},
+		{"label 0xfefff", u6("2001:db9::1", 80, 0xfefff), kDefault(ActionPass)},
+		{"non-first fragment label 9", fl(spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 9, 53, frag6h(100, false)), 9), kCompound(ActionDrop, 4)},
+		{"first fragment label 9 is not frag", fl(spec6("2001:db9::1", "2001:db9::2", frames.ProtoUDP, 9, 80, frag6h(0, true)), 9), kDefault(ActionPass)},
+		{"IPv4 never has a flow label", spec4("10.1.1.1", "10.2.2.2", frames.ProtoUDP, 9, 53).Build().Bytes, kDefault(ActionPass)},
+		{"IPv6 header cut short: malformed", u6("2001:db9::1", 80, 0x12345)[:14+30], kMalformed(ActionPass)},
+	}
+	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
+	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
+}

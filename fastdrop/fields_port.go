@@ -1,7 +1,6 @@
 package fastdrop
 
 import (
-	"encoding/binary"
 	"fmt"
 	"unsafe"
 
@@ -18,52 +17,33 @@ import (
 // fast path), and costs two loads only when some rule uses port. Its
 // value is Rule.Port with Rule.HasPort (not a pointer: see Rule.Len).
 func portEitherField() matchField {
-	return matchField{
-		name:     "port",
-		examples: []string{"pass udp port 53", "drop tcp src 192.0.2.0/24 port 1024-65535", "drop udp sport 53 port 0"},
-		need:     "port needs a value (want a port 0-65535 or a range like 1024-65535)",
-		parse: func(r *Rule, v string) string {
-			pr, msg := parsePortRange(v)
-			if msg != "" {
-				return fmt.Sprintf("port %s: %s", clipped(v), msg)
+	spec := portSpec("port")
+	f := numEntry(numOpts{
+		spec:     spec,
+		at:       unsafe.Offsetof(Nums{}.Port),
+		examples: []string{"pass udp port 53", "drop tcp src 192.0.2.0/24 port 1024-65535", "drop udp sport 53 port 0", "drop udp port 53,123,11211", "drop tcp port !22,443", "drop udp port <1024"},
+		textPos:  15,
+		ip:       true,
+		frames:   framesPorts,
+		check: func(r *Rule, n *Num) error {
+			if err := needPorts(r, "port", spec.text(r, n)); err != nil {
+				return err
 			}
-			r.Port, r.HasPort = *pr, true
-			return ""
-		},
-		at:      unsafe.Offsetof(Rule{}.HasPort),
-		store:   storeBool,
-		text:    func(r *Rule) string { return "port " + r.Port.String() },
-		textPos: 15,
-		ip:      true,
-		check: func(r *Rule) error {
-			p := r.Port
-			switch {
-			case p.Lo > p.Hi:
-				return fmt.Errorf("port %d-%d: range is empty (write the lower port first)", p.Lo, p.Hi)
-			case !r.HasProto || (r.Proto != ProtoTCP && r.Proto != ProtoUDP):
-				return fmt.Errorf("port needs protocol tcp or udp (write e.g. \"udp port %s\")", p)
-			case r.Fragment:
-				return fmt.Errorf("frag never matches together with port: non-first fragments carry no L4 header")
-			case r.FragBits.Set&FragLast != 0:
+			if r.FragBits.Set&FragLast != 0 {
 				return fmt.Errorf("frag %s never matches together with port: a last fragment carries no L4 header (write frag first, or leave port out)", r.FragBits)
 			}
 			return nil
 		},
-		frames: framesPorts,
-		match: func(r *Rule, pkt *packet) bool {
-			return pkt.hasPorts && (r.Port.Contains(pkt.sport) || r.Port.Contains(pkt.dport))
-		},
-		direct: &directField{fld: int(gen.FastdropFdFieldFD_FLD_PORT), off: int(gen.FastdropFdDirectFD_DIR_PORT), bits: 16,
-			spans: func(r *Rule, dst []span) []span { return append(dst, span{int(r.Port.Lo), int(r.Port.Hi)}) }},
+		fld: int(gen.FastdropFdFieldFD_FLD_PORT), dir: int(gen.FastdropFdDirectFD_DIR_PORT), bits: 16,
 		recFlag: uint32(gen.FastdropFdRecFlagsFD_REC_PORT),
-		rec:     []recMember{{"port_lo", recPort, 2}, {"port_hi", recPort + 2, 2}},
-		encode: func(b []byte, r *Rule) {
-			binary.LittleEndian.PutUint16(b[recPort:], r.Port.Lo)
-			binary.LittleEndian.PutUint16(b[recPort+2:], r.Port.Hi)
-		},
-		decode: func(b []byte, r *Rule) {
-			r.Port = PortRange{Lo: binary.LittleEndian.Uint16(b[recPort:]), Hi: binary.LittleEndian.Uint16(b[recPort+2:])}
-			r.HasPort = true
-		},
+		rec:     recNum{lo: recPort, hi: recPort + 2, width: 2, op: -1, named: -1},
+	})
+	// Either port: the value list applies to each, ORed (FlowSpec's
+	// port component; port !22 matches a frame one of whose ports is
+	// not 22).
+	f.match = func(r *Rule, pkt *packet) bool {
+		n := f.numOf(r)
+		return pkt.hasPorts && (n.Contains(uint32(pkt.sport)) || n.Contains(uint32(pkt.dport)))
 	}
+	return f
 }

@@ -29,7 +29,9 @@ var layoutFingerprints = map[uint32]string{
 	11: "22bfda53491a9f6c", // port (source or destination): port_lo, port_hi
 	12: "22bfda53491a9f6c", // len_op 0 is no len field (enum fd_cmp from 1), which BTF does not show
 	13: "85d1ebeb1f2ce775", // comparisons on ttl, dscp, type, code: ttl_op, dscp_op, type_op, code_op
-	14: "b8bd7aa867e1233a", // fd_conf.features and FD_FEAT_*: the plain path for rule sets that need none
+	14: "c460f06915a19747", // value lists and negated lists: FD_REC_LISTS and fd_rule_lists; comparison records keep the value written
+	15: "997b794210afaf1b", // flowlabel: a direct field of 20 bits, FD_REC_FLOWLABEL
+	16: "c2761f2d3138a3b3", // fd_conf.features and FD_FEAT_*: the plain path for rule sets that need none
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

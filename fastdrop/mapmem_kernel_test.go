@@ -42,7 +42,7 @@ func TestEngineMapsNotMappedWhole(t *testing.T) {
 	for i := range 20000 {
 		rs.Rules = append(rs.Rules, Rule{Action: ActionDrop, Src: pfx("10." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255) + ".0/24")})
 	}
-	rs.Rules = append(rs.Rules, Rule{Action: ActionDrop, Src: pfx("2001:db8::/32")}, Rule{Action: ActionDrop, HasProto: true, Proto: ProtoUDP, DstPort: &PortRange{Lo: 53, Hi: 53}})
+	rs.Rules = append(rs.Rules, Rule{Action: ActionDrop, Src: pfx("2001:db8::/32")}, Rule{Action: ActionDrop, HasProto: true, Proto: ProtoUDP, Nums: &Nums{Dport: NumRange(53, 53)}})
 	before := mappedMapKiB(t)
 	e := newTestEngine(t, CapacityFor(rs, 2))
 	var mapBytes uint64

@@ -100,6 +100,7 @@ type packet struct {
 	sport     uint16
 	dport     uint16
 	queue     uint32 // the rx queue it arrived on
+	flowLabel uint32 // IPv6's flow label (20 bits)
 }
 
 // Eval returns the verdict for frame, which starts at the Ethernet header,
@@ -267,6 +268,7 @@ func parseFrameExtent(b []byte) (pkt packet, ok bool, ext int) {
 		pkt.isIP = true
 		pkt.ttl = ip[7]
 		pkt.dscp = (ip[0]<<4 | ip[1]>>4) >> 2
+		pkt.flowLabel = be.Uint32(ip[0:4]) & 0xfffff
 		pkt.pktLen = 40 + int(be.Uint16(ip[4:6]))
 		pkt.src = netip.AddrFrom16([16]byte(ip[8:24]))
 		pkt.dst = netip.AddrFrom16([16]byte(ip[24:40]))

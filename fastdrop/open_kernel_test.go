@@ -192,3 +192,77 @@ func TestOpenOtherStamp(t *testing.T) {
 		t.Errorf("RuleCount = %d, %v; want 1", n, err)
 	}
 }
+
+// TestOpenLists: rules whose value lists, negated lists and comparisons
+// their records cannot hold read back from the pins exactly as written
+// (the lists in fd_rule_lists), after Add and Delete through a second
+// engine; entries of removed rules are deleted, and a slot reused by a
+// rule without lists leaves none behind.
+func TestOpenLists(t *testing.T) {
+	e := newTestEngine(t, testOptions)
+	text := "drop udp dport 53,123,161,1900,11211\n" +
+		"drop tcp dport !22,443 dst 192.0.2.0/24\n" +
+		"pass udp port <1024 len 64,1500-1600\n" +
+		"drop icmp type echo-request,echo-reply code !1 ttl 1,2,250-255\n" +
+		"drop dscp ef,af41,0-3 queue 0,2\n" +
+		"drop udp dport 53 ttl <3\n" +
+		"drop src 10.0.0.0/8\n"
+	mustApply(t, e, kParse(t, text))
+	dir := pinEngine(t, e)
+	o, err := Open(dir)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer o.Close()
+	got, err := o.RuleSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := ruleSetText(got); g != ruleSetText(kParse(t, text)) {
+		t.Errorf("reopened:\n%s\nwant:\n%s", g, text)
+	}
+	entries := func() int {
+		t.Helper()
+		n := 0
+		var k uint32
+		var v [listsSize]byte
+		it := e.maps[gen.FastdropMapFdRuleLists].Iterate()
+		for it.Next(&k, &v) {
+			n++
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := entries(); n != 5 {
+		t.Errorf("fd_rule_lists holds %d entries, want 5 (the rules with lists, not those the record holds)", n)
+	}
+	if err := o.Delete(kParse(t, "drop udp dport 53,123,161,1900,11211").Rules[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Add(kParse(t, "drop udp dport 7,9\ndrop tcp sport 1").Rules...); err != nil {
+		t.Fatal(err)
+	}
+	// A third reader sees what the second wrote.
+	o2, err := Open(dir)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer o2.Close()
+	got, err = o2.RuleSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Replace(text, "drop udp dport 53,123,161,1900,11211\n", "", 1)
+	if g := ruleSetText(got); !strings.Contains(g, "drop udp dport 7,9") || !strings.Contains(g, "drop tcp sport 1") || strings.Contains(g, "11211") {
+		t.Errorf("after Delete and Add:\n%s\nwant the rules of:\n%s and drop udp dport 7,9, drop tcp sport 1", g, want)
+	}
+	// Replace everything by rules without lists: entries go, at the
+	// latest once the removed records' slots are freed.
+	mustApply(t, o2, kParse(t, "drop udp dport 53\n"))
+	mustApply(t, o2, kParse(t, "drop udp dport 54\n"))
+	if n := entries(); n != 0 {
+		t.Errorf("fd_rule_lists holds %d entries after the rules with lists are gone, want 0", n)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/xdpdrop/xdpdrop/internal/frames"
 )
 
 // originTexts is each origin's rules of rs: the compound rules in their
@@ -180,4 +182,95 @@ func (e *Engine) planOriginForTest(origin string, rules []Rule) *plan {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.planOrigin(origin, rules, e.policy, e.malformed)
+}
+
+// TestReaderDuringChange: a process that only reads the rule set (rules
+// list, stats, the agent looking at what is in force) while another
+// makes a change sees the records of the change's new rules, of a
+// generation not in force yet, and must leave them: they are no leftover
+// of a change that did not finish. (Freeing them took the new rule's
+// record and counters away under the change: the rule was in force in
+// the program, but listed nowhere, and the next change lost it.) The
+// reader's own next change frees real leftovers, under the lock.
+func TestReaderDuringChange(t *testing.T) {
+	e := newTestEngine(t, testOptions)
+	dir := pinEngine(t, e)
+	mustApply(t, e, kParse(t, "drop udp dport 1\n"))
+	reader, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	var during string
+	e.publishHook = func() {
+		rs, err := reader.RuleSet()
+		if err != nil {
+			t.Errorf("reader during the change: %v", err)
+			return
+		}
+		during = ruleSetText(rs)
+	}
+	if err := e.ApplyOrigin("agent:file", kParse(t, "drop udp dport 2\n")); err != nil {
+		t.Fatal(err)
+	}
+	e.publishHook = nil
+	if during == "" || strings.Contains(during, "dport 2") {
+		t.Fatalf("the reader did not read in the middle of the change (it saw %q)", during)
+	}
+	send(t, e, frames.UDP4("10.0.0.1", "10.0.0.2", 9, 2, 0).Bytes, 3)
+	fresh, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if c := ruleCount(t, counters(t, fresh), "drop udp dport 2"); c.Packets != 3 {
+		t.Errorf("the new rule after a read during its change: %d packets, want 3", c.Packets)
+	}
+	if c := ruleCount(t, counters(t, reader), "drop udp dport 2"); c.Packets != 3 {
+		t.Errorf("the reader, after the change: %d packets, want 3", c.Packets)
+	}
+	if err := reader.Add(kParse(t, "drop udp dport 3\n").Rules[0]); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := fresh.RuleSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ruleSetText(rs); !strings.Contains(got, "dport 1") || !strings.Contains(got, "dport 2") || !strings.Contains(got, "dport 3") {
+		t.Errorf("after the reader's own change:\n%s", got)
+	}
+
+	// A real leftover (a record of a generation that never came, as a
+	// change killed half-way leaves): a reader leaves it and does not list
+	// it; the next change, under the lock, frees it.
+	leftover := kParse(t, "drop udp dport 4\n").Rules[0]
+	slot := uint32(e.nslots - 1)
+	if err := e.writeRecords([]recWrite{{slot: slot, rule: &leftover, order: 99, added: uint32(e.generation + 5)}}); err != nil {
+		t.Fatal(err)
+	}
+	recAt := func() byte {
+		b := make([]byte, recSize)
+		if _, err := e.mem.rules.ReadAt(b, int64(slot)*int64(recSize)); err != nil {
+			t.Fatal(err)
+		}
+		return b[recAction]
+	}
+	other, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	rs, err = other.RuleSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(ruleSetText(rs), "dport 4") || recAt() == 0 {
+		t.Fatalf("a reader listed the leftover or freed it: %v, record action %d", ruleSetText(rs), recAt())
+	}
+	if err := other.Delete(kParse(t, "drop udp dport 3\n").Rules[0]); err != nil {
+		t.Fatal(err)
+	}
+	if recAt() != 0 {
+		t.Error("the next change left the leftover record")
+	}
 }

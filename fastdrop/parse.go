@@ -551,25 +551,6 @@ func parseProto(s string) (uint8, bool) {
 	return uint8(n), true
 }
 
-func parsePortRange(s string) (*PortRange, string) {
-	const want = "want a port 0-65535 or a range like 1024-65535"
-	los, his, isRange := strings.Cut(s, "-")
-	lo, ok := parseUint(los, 5)
-	if !ok || lo > 65535 {
-		return nil, fmt.Sprintf("%q is not a port (%s)", clipped(los), want)
-	}
-	hi := lo
-	if isRange {
-		if hi, ok = parseUint(his, 5); !ok || hi > 65535 {
-			return nil, fmt.Sprintf("%q is not a port (%s)", clipped(his), want)
-		}
-		if lo > hi {
-			return nil, fmt.Sprintf("range is empty (write the lower port first: %d-%d)", hi, lo)
-		}
-	}
-	return &PortRange{Lo: uint16(lo), Hi: uint16(hi)}, ""
-}
-
 func parseEtherType(s string) (uint16, string) {
 	switch s {
 	case "arp":

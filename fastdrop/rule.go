@@ -100,22 +100,15 @@ func (p PortRange) String() string {
 
 // Rule is one line of a rule file. A zero field matches anything.
 type Rule struct {
-	Action Action
-	// Len matches the IP packet's length (FlowSpec type 10): IPv4 total
-	// length, IPv6 40 + payload length; zero (Op 0) = any. Len, Port and
-	// FragBits are values, not pointers, and sit where Rule has padding:
-	// a Rule is copied per rule of million-rule sets, and 8 bytes per
-	// Rule are about 25 MiB of peak memory replacing 1M prefixes.
-	Len      LenRange
+	Action   Action
 	Src, Dst netip.Prefix // zero Prefix = any. Must be masked, IPv4 or IPv6 (no IPv4-mapped IPv6, no zone).
 	Proto    uint8        // L4 protocol number (IPv4 protocol / IPv6 final next header); only with HasProto
 	HasProto bool
-	// Port matches a TCP or UDP frame whose source or destination port
-	// is in the range (FlowSpec type 4), if HasPort. Needs as SrcPort.
-	HasPort bool
-	Port    PortRange
-	SrcPort *PortRange // nil = any; needs HasProto with Proto 6 (tcp) or 17 (udp)
-	DstPort *PortRange
+	// Nums holds the numeric fields (sport, dport, port, len, ttl, dscp,
+	// ICMP type and code, queue): nil if the rule has none. The port
+	// fields need HasProto with Proto 6 (tcp) or 17 (udp), type and code
+	// Proto 1 (icmp) or 58 (icmpv6).
+	Nums *Nums
 	// EtherType matched against the EtherType after up to two VLAN tags;
 	// 0 = any. E.g. 0x0806 ARP, 0x88cc LLDP, 0x0800 IPv4, 0x86dd IPv6.
 	EtherType uint16
@@ -123,14 +116,7 @@ type Rule struct {
 	// FragBits: frag with bits (frag first, frag !df); zero = any. Not
 	// with Fragment (frag alone).
 	FragBits FragBits
-	TTL      *ByteRange // nil = any; the IPv4 TTL or IPv6 hop limit
-	TCPFlags *TCPFlags  // nil = any; needs HasProto with Proto 6 (tcp)
-	DSCP     *DSCPRange // nil = any; the IPv4 TOS / IPv6 traffic class >> 2
-	ICMPType *ICMPType  // nil = any; needs HasProto with Proto 1 (icmp) or 58 (icmpv6)
-	ICMPCode *ByteRange // nil = any; as ICMPType
-	// Queue matches the rx queue the frame arrived on, Lo to Hi (0 to
-	// MaxQueue); nil = any.
-	Queue *PortRange
+	TCPFlags *TCPFlags // nil = any; needs HasProto with Proto 6 (tcp)
 	// Sample is the sample modifier ("sample 1/1000"): the program sends
 	// 1 in Sample of the rule's frames to its rule samples' ring (package
 	// capture, `xdpdrop capture --rule-samples`); 0: none. It changes no
@@ -292,6 +278,9 @@ func (r *Rule) validate() error {
 				return err
 			}
 		}
+	}
+	if n := listsBytes(r); n > listsSize {
+		return fmt.Errorf("the rule's value lists are too long together (%d bytes of the %d a rule keeps; at most %d items in one list): split it into two rules", n, listsSize, MaxListItems)
 	}
 	fam := r.family()
 	if r.HasProto {

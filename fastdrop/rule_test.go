@@ -40,14 +40,14 @@ func TestRuleValidateInCode(t *testing.T) {
 		{"unmasked", Rule{Action: ActionDrop, Src: netip.MustParsePrefix("10.1.2.3/8")}, "src 10.1.2.3/8 has bits set after the prefix length; write 10.0.0.0/8 (or 10.1.2.3/32 for the single address)"},
 		{"4in6", Rule{Action: ActionDrop, Src: netip.MustParsePrefix("::ffff:192.0.2.0/120")}, "src ::ffff:192.0.2.0/120 is an IPv4-mapped IPv6 prefix, which never matches; write the IPv4 prefix 192.0.2.0/24"},
 		{"4in6 short", Rule{Action: ActionDrop, Src: netip.MustParsePrefix("::/64")}, ""},
-		{"empty port range", Rule{Action: ActionDrop, HasProto: true, Proto: 17, DstPort: &PortRange{Lo: 9, Hi: 8}}, "dport 9-8: range is empty (write the lower port first)"},
-		{"ports without proto", Rule{Action: ActionDrop, SrcPort: &PortRange{Lo: 1, Hi: 1}}, `sport needs protocol tcp or udp (write e.g. "udp sport 1")`},
-		{"tcp ports", Rule{Action: ActionDrop, HasProto: true, Proto: 6, SrcPort: &PortRange{Lo: 1, Hi: 2}, DstPort: &PortRange{Lo: 3, Hi: 3}}, ""},
-		{"frag with sport", Rule{Action: ActionDrop, HasProto: true, Proto: 6, SrcPort: &PortRange{Lo: 1, Hi: 2}, Fragment: true}, "frag never matches together with sport: non-first fragments carry no L4 header"},
+		{"empty port range", Rule{Action: ActionDrop, HasProto: true, Proto: 17, Nums: &Nums{Dport: NumRange(9, 8)}}, "dport 9-8: range is empty (write the lower value first)"},
+		{"ports without proto", Rule{Action: ActionDrop, Nums: &Nums{Sport: NumRange(1, 1)}}, `sport needs protocol tcp or udp (write e.g. "udp sport 1")`},
+		{"tcp ports", Rule{Action: ActionDrop, HasProto: true, Proto: 6, Nums: &Nums{Sport: NumRange(1, 2), Dport: NumRange(3, 3)}}, ""},
+		{"frag with sport", Rule{Action: ActionDrop, HasProto: true, Proto: 6, Nums: &Nums{Sport: NumRange(1, 2)}, Fragment: true}, "frag never matches together with sport: non-first fragments carry no L4 header"},
 		{"ether ipv6 with v4 dst", Rule{Action: ActionDrop, EtherType: EtherTypeIPv6, Dst: netip.MustParsePrefix("10.0.0.0/8")}, "ether ipv6 never matches an IPv4 prefix"},
 		{"ether qinq", Rule{Action: ActionDrop, EtherType: EtherTypeQinQ}, "ether 0x88a8 never matches: VLAN tags are skipped and ether matches the EtherType after them"},
-		{"ether arp frag", Rule{Action: ActionDrop, EtherType: EtherTypeARP, Fragment: true}, "ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len or port: those need an IPv4 or IPv6 frame"},
-		{"redirect", Rule{Action: ActionRedirect, HasProto: true, Proto: 17, DstPort: &PortRange{Lo: 53, Hi: 53}}, ""},
+		{"ether arp frag", Rule{Action: ActionDrop, EtherType: EtherTypeARP, Fragment: true}, "ether arp never matches a rule with src, dst, proto, sport, dport, frag, ttl, flags, dscp, type, code, len, port or flowlabel: those need an IPv4 or IPv6 frame"},
+		{"redirect", Rule{Action: ActionRedirect, HasProto: true, Proto: 17, Nums: &Nums{Dport: NumRange(53, 53)}}, ""},
 		{"proto 51 v4", Rule{Action: ActionDrop, HasProto: true, Proto: 51, Src: netip.MustParsePrefix("10.0.0.0/8")}, ""},
 		{"proto 51 v6", Rule{Action: ActionDrop, HasProto: true, Proto: 51, Src: netip.MustParsePrefix("2001:db8::/32")}, `proto 51 matches IPv6 frames only in non-first fragments (extension headers are skipped and proto is the protocol after them; in a non-first fragment it is the fragment header's next header): add frag, as in "drop proto 51 src 2001:db8::/32 frag"`},
 		{"proto 60 v6 frag", Rule{Action: ActionDrop, HasProto: true, Proto: 60, Src: netip.MustParsePrefix("2001:db8::/32"), Fragment: true}, ""},
@@ -66,7 +66,7 @@ func TestRuleValidateInCode(t *testing.T) {
 
 func TestIsPrefixOnly(t *testing.T) {
 	src := netip.MustParsePrefix("192.0.2.0/24")
-	pr := &PortRange{Lo: 1, Hi: 1}
+	pr := NumRange(1, 1)
 	for _, tc := range []struct {
 		r    Rule
 		want bool
@@ -77,8 +77,8 @@ func TestIsPrefixOnly(t *testing.T) {
 		{Rule{Action: ActionDrop, Dst: src}, false},
 		{Rule{Action: ActionDrop, Src: src, Dst: src}, false},
 		{Rule{Action: ActionDrop, Src: src, HasProto: true}, false},
-		{Rule{Action: ActionDrop, Src: src, HasProto: true, Proto: 17, DstPort: pr}, false},
-		{Rule{Action: ActionDrop, Src: src, HasProto: true, Proto: 17, SrcPort: pr}, false},
+		{Rule{Action: ActionDrop, Src: src, HasProto: true, Proto: 17, Nums: &Nums{Dport: pr}}, false},
+		{Rule{Action: ActionDrop, Src: src, HasProto: true, Proto: 17, Nums: &Nums{Sport: pr}}, false},
 		{Rule{Action: ActionDrop, Src: src, EtherType: EtherTypeIPv4}, false},
 		{Rule{Action: ActionDrop, Src: src, Fragment: true}, false},
 	} {
@@ -138,10 +138,10 @@ func TestRuleStringOfCodeRules(t *testing.T) {
 	var rules []Rule
 	for _, src := range []netip.Prefix{{}, netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/33")} {
 		for _, proto := range []int{-1, 0, 1, 6, 17, 58, 132} {
-			for _, ports := range []*PortRange{nil, {Lo: 5, Hi: 5}, {Lo: 0, Hi: 65535}} {
+			for _, ports := range []*Nums{nil, {Sport: NumRange(5, 5)}, {Sport: NumRange(0, 65535)}} {
 				for _, ether := range []uint16{0, EtherTypeIPv4, EtherTypeIPv6, EtherTypeARP, 0x1234} {
 					for _, frag := range []bool{false, true} {
-						r := Rule{Action: ActionDrop, Src: src, Dst: src, SrcPort: ports, EtherType: ether, Fragment: frag}
+						r := Rule{Action: ActionDrop, Src: src, Dst: src, Nums: ports, EtherType: ether, Fragment: frag}
 						if proto >= 0 {
 							r.HasProto, r.Proto = true, uint8(proto)
 						}

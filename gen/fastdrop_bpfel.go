@@ -151,56 +151,59 @@ type FastdropFdConf struct {
 type FastdropFdDirect uint32
 
 const (
-	FastdropFdDirectFD_DIR_ETHER     FastdropFdDirect = 0
-	FastdropFdDirectFD_DIR_ETHER_END FastdropFdDirect = 65535
-	FastdropFdDirectFD_DIR_SPORT     FastdropFdDirect = 65536
-	FastdropFdDirectFD_DIR_SPORT_END FastdropFdDirect = 131071
-	FastdropFdDirectFD_DIR_DPORT     FastdropFdDirect = 131072
-	FastdropFdDirectFD_DIR_DPORT_END FastdropFdDirect = 196607
-	FastdropFdDirectFD_DIR_PROTO     FastdropFdDirect = 196608
-	FastdropFdDirectFD_DIR_PROTO_END FastdropFdDirect = 196863
-	FastdropFdDirectFD_DIR_TTL       FastdropFdDirect = 196864
-	FastdropFdDirectFD_DIR_TTL_END   FastdropFdDirect = 197119
-	FastdropFdDirectFD_DIR_FLAGS     FastdropFdDirect = 197120
-	FastdropFdDirectFD_DIR_FLAGS_END FastdropFdDirect = 197375
-	FastdropFdDirectFD_DIR_QUEUE     FastdropFdDirect = 197376
-	FastdropFdDirectFD_DIR_QUEUE_END FastdropFdDirect = 197887
-	FastdropFdDirectFD_DIR_DSCP      FastdropFdDirect = 197888
-	FastdropFdDirectFD_DIR_DSCP_END  FastdropFdDirect = 197951
-	FastdropFdDirectFD_DIR_TYPE      FastdropFdDirect = 197952
-	FastdropFdDirectFD_DIR_TYPE_END  FastdropFdDirect = 198207
-	FastdropFdDirectFD_DIR_CODE      FastdropFdDirect = 198208
-	FastdropFdDirectFD_DIR_CODE_END  FastdropFdDirect = 198463
-	FastdropFdDirectFD_DIR_LEN       FastdropFdDirect = 198464
-	FastdropFdDirectFD_DIR_LEN_END   FastdropFdDirect = 329535
-	FastdropFdDirectFD_DIR_FRAG      FastdropFdDirect = 329536
-	FastdropFdDirectFD_DIR_FRAG_END  FastdropFdDirect = 329599
-	FastdropFdDirectFD_DIR_PORT      FastdropFdDirect = 329600
-	FastdropFdDirectFD_DIR_PORT_END  FastdropFdDirect = 395135
-	FastdropFdDirectFD_DIR_END       FastdropFdDirect = 395136
+	FastdropFdDirectFD_DIR_ETHER         FastdropFdDirect = 0
+	FastdropFdDirectFD_DIR_ETHER_END     FastdropFdDirect = 65535
+	FastdropFdDirectFD_DIR_SPORT         FastdropFdDirect = 65536
+	FastdropFdDirectFD_DIR_SPORT_END     FastdropFdDirect = 131071
+	FastdropFdDirectFD_DIR_DPORT         FastdropFdDirect = 131072
+	FastdropFdDirectFD_DIR_DPORT_END     FastdropFdDirect = 196607
+	FastdropFdDirectFD_DIR_PROTO         FastdropFdDirect = 196608
+	FastdropFdDirectFD_DIR_PROTO_END     FastdropFdDirect = 196863
+	FastdropFdDirectFD_DIR_TTL           FastdropFdDirect = 196864
+	FastdropFdDirectFD_DIR_TTL_END       FastdropFdDirect = 197119
+	FastdropFdDirectFD_DIR_FLAGS         FastdropFdDirect = 197120
+	FastdropFdDirectFD_DIR_FLAGS_END     FastdropFdDirect = 197375
+	FastdropFdDirectFD_DIR_QUEUE         FastdropFdDirect = 197376
+	FastdropFdDirectFD_DIR_QUEUE_END     FastdropFdDirect = 197887
+	FastdropFdDirectFD_DIR_DSCP          FastdropFdDirect = 197888
+	FastdropFdDirectFD_DIR_DSCP_END      FastdropFdDirect = 197951
+	FastdropFdDirectFD_DIR_TYPE          FastdropFdDirect = 197952
+	FastdropFdDirectFD_DIR_TYPE_END      FastdropFdDirect = 198207
+	FastdropFdDirectFD_DIR_CODE          FastdropFdDirect = 198208
+	FastdropFdDirectFD_DIR_CODE_END      FastdropFdDirect = 198463
+	FastdropFdDirectFD_DIR_LEN           FastdropFdDirect = 198464
+	FastdropFdDirectFD_DIR_LEN_END       FastdropFdDirect = 329535
+	FastdropFdDirectFD_DIR_FRAG          FastdropFdDirect = 329536
+	FastdropFdDirectFD_DIR_FRAG_END      FastdropFdDirect = 329599
+	FastdropFdDirectFD_DIR_FLOWLABEL     FastdropFdDirect = 329600
+	FastdropFdDirectFD_DIR_FLOWLABEL_END FastdropFdDirect = 1378175
+	FastdropFdDirectFD_DIR_PORT          FastdropFdDirect = 1378176
+	FastdropFdDirectFD_DIR_PORT_END      FastdropFdDirect = 1443711
+	FastdropFdDirectFD_DIR_END           FastdropFdDirect = 1443712
 )
 
 type FastdropFdField uint32
 
 const (
-	FastdropFdFieldFD_FLD_ETHER FastdropFdField = 0
-	FastdropFdFieldFD_FLD_PROTO FastdropFdField = 1
-	FastdropFdFieldFD_FLD_SPORT FastdropFdField = 2
-	FastdropFdFieldFD_FLD_DPORT FastdropFdField = 3
-	FastdropFdFieldFD_FLD_SRC4  FastdropFdField = 4
-	FastdropFdFieldFD_FLD_DST4  FastdropFdField = 5
-	FastdropFdFieldFD_FLD_SRC6  FastdropFdField = 6
-	FastdropFdFieldFD_FLD_DST6  FastdropFdField = 7
-	FastdropFdFieldFD_FLD_TTL   FastdropFdField = 8
-	FastdropFdFieldFD_FLD_FLAGS FastdropFdField = 9
-	FastdropFdFieldFD_FLD_QUEUE FastdropFdField = 10
-	FastdropFdFieldFD_FLD_DSCP  FastdropFdField = 11
-	FastdropFdFieldFD_FLD_TYPE  FastdropFdField = 12
-	FastdropFdFieldFD_FLD_CODE  FastdropFdField = 13
-	FastdropFdFieldFD_FLD_LEN   FastdropFdField = 14
-	FastdropFdFieldFD_FLD_FRAG  FastdropFdField = 15
-	FastdropFdFieldFD_FLD_PORT  FastdropFdField = 16
-	FastdropFdFieldFD_FLD_MAX   FastdropFdField = 17
+	FastdropFdFieldFD_FLD_ETHER     FastdropFdField = 0
+	FastdropFdFieldFD_FLD_PROTO     FastdropFdField = 1
+	FastdropFdFieldFD_FLD_SPORT     FastdropFdField = 2
+	FastdropFdFieldFD_FLD_DPORT     FastdropFdField = 3
+	FastdropFdFieldFD_FLD_SRC4      FastdropFdField = 4
+	FastdropFdFieldFD_FLD_DST4      FastdropFdField = 5
+	FastdropFdFieldFD_FLD_SRC6      FastdropFdField = 6
+	FastdropFdFieldFD_FLD_DST6      FastdropFdField = 7
+	FastdropFdFieldFD_FLD_TTL       FastdropFdField = 8
+	FastdropFdFieldFD_FLD_FLAGS     FastdropFdField = 9
+	FastdropFdFieldFD_FLD_QUEUE     FastdropFdField = 10
+	FastdropFdFieldFD_FLD_DSCP      FastdropFdField = 11
+	FastdropFdFieldFD_FLD_TYPE      FastdropFdField = 12
+	FastdropFdFieldFD_FLD_CODE      FastdropFdField = 13
+	FastdropFdFieldFD_FLD_LEN       FastdropFdField = 14
+	FastdropFdFieldFD_FLD_FRAG      FastdropFdField = 15
+	FastdropFdFieldFD_FLD_PORT      FastdropFdField = 16
+	FastdropFdFieldFD_FLD_FLOWLABEL FastdropFdField = 17
+	FastdropFdFieldFD_FLD_MAX       FastdropFdField = 18
 )
 
 type FastdropFdLayout uint32
@@ -209,9 +212,11 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 14
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 16
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
+	FastdropFdLayoutFD_LISTS_SIZE      FastdropFdLayout = 1024
+	FastdropFdLayoutFD_LISTS_MAX       FastdropFdLayout = 1024
 	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6ENT_SIZE      FastdropFdLayout = 32
 	FastdropFdLayoutFD_VAL_ACT_SHIFT   FastdropFdLayout = 29
@@ -231,37 +236,37 @@ const (
 	FastdropFdLayoutFD_FRONT_PORTS_N   FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N   FastdropFdLayout = 1024
 	FastdropFdLayoutFD_QUEUES          FastdropFdLayout = 256
-	FastdropFdLayoutFD_TAB_SRC4        FastdropFdLayout = 395136
-	FastdropFdLayoutFD_TAB_DST4        FastdropFdLayout = 460672
-	FastdropFdLayoutFD_TAB_SRC6        FastdropFdLayout = 526208
-	FastdropFdLayoutFD_TAB_DST6        FastdropFdLayout = 591744
-	FastdropFdLayoutFD_TAB_POOL        FastdropFdLayout = 657280
+	FastdropFdLayoutFD_TAB_SRC4        FastdropFdLayout = 1443712
+	FastdropFdLayoutFD_TAB_DST4        FastdropFdLayout = 1509248
+	FastdropFdLayoutFD_TAB_SRC6        FastdropFdLayout = 1574784
+	FastdropFdLayoutFD_TAB_DST6        FastdropFdLayout = 1640320
+	FastdropFdLayoutFD_TAB_POOL        FastdropFdLayout = 1705856
 	FastdropFdLayoutFD_TAB_CHUNK       FastdropFdLayout = 256
 	FastdropFdLayoutFD_TAB_CHUNKS      FastdropFdLayout = 8192
-	FastdropFdLayoutFD_TAB_FPORTS      FastdropFdLayout = 2754432
-	FastdropFdLayoutFD_TAB_FPROTO      FastdropFdLayout = 3016576
-	FastdropFdLayoutFD_TAB_W4          FastdropFdLayout = 3017600
+	FastdropFdLayoutFD_TAB_FPORTS      FastdropFdLayout = 3803008
+	FastdropFdLayoutFD_TAB_FPROTO      FastdropFdLayout = 4065152
+	FastdropFdLayoutFD_TAB_W4          FastdropFdLayout = 4066176
 	FastdropFdLayoutFD_TAB_W4L1        FastdropFdLayout = 1048576
 	FastdropFdLayoutFD_TAB_W4CHUNK     FastdropFdLayout = 4096
-	FastdropFdLayoutFD_TAB_W4POOL      FastdropFdLayout = 5114752
+	FastdropFdLayoutFD_TAB_W4POOL      FastdropFdLayout = 6163328
 	FastdropFdLayoutFD_TAB_W4CHUNKS    FastdropFdLayout = 128
-	FastdropFdLayoutFD_TAB_HALF        FastdropFdLayout = 5639040
+	FastdropFdLayoutFD_TAB_HALF        FastdropFdLayout = 6687616
 	FastdropFdLayoutFD_TAB_EXT         FastdropFdLayout = 32768
 	FastdropFdLayoutFD_BM_FIELD        FastdropFdLayout = 1024
-	FastdropFdLayoutFD_BM_FRONT        FastdropFdLayout = 17408
+	FastdropFdLayoutFD_BM_FRONT        FastdropFdLayout = 18432
 	FastdropFdLayoutFD_BM_FRONTS       FastdropFdLayout = 4096
-	FastdropFdLayoutFD_BM_HALF         FastdropFdLayout = 21504
-	FastdropFdLayoutFD_B64SRC4         FastdropFdLayout = 395136
-	FastdropFdLayoutFD_B64DST4         FastdropFdLayout = 396160
-	FastdropFdLayoutFD_B64SRC6         FastdropFdLayout = 397184
-	FastdropFdLayoutFD_B64DST6         FastdropFdLayout = 398208
-	FastdropFdLayoutFD_B64PORTS        FastdropFdLayout = 399232
-	FastdropFdLayoutFD_B64FRONT        FastdropFdLayout = 661376
-	FastdropFdLayoutFD_B64HALF         FastdropFdLayout = 662400
+	FastdropFdLayoutFD_BM_HALF         FastdropFdLayout = 22528
+	FastdropFdLayoutFD_B64SRC4         FastdropFdLayout = 1443712
+	FastdropFdLayoutFD_B64DST4         FastdropFdLayout = 1444736
+	FastdropFdLayoutFD_B64SRC6         FastdropFdLayout = 1445760
+	FastdropFdLayoutFD_B64DST6         FastdropFdLayout = 1446784
+	FastdropFdLayoutFD_B64PORTS        FastdropFdLayout = 1447808
+	FastdropFdLayoutFD_B64FRONT        FastdropFdLayout = 1709952
+	FastdropFdLayoutFD_B64HALF         FastdropFdLayout = 1710976
 	FastdropFdLayoutFD_CLS_TAB         FastdropFdLayout = 0
-	FastdropFdLayoutFD_CLS_BM          FastdropFdLayout = 11278080
-	FastdropFdLayoutFD_CLS_B64         FastdropFdLayout = 11966208
-	FastdropFdLayoutFD_CLS_SIZE        FastdropFdLayout = 17265408
+	FastdropFdLayoutFD_CLS_BM          FastdropFdLayout = 13375232
+	FastdropFdLayoutFD_CLS_B64         FastdropFdLayout = 14096128
+	FastdropFdLayoutFD_CLS_SIZE        FastdropFdLayout = 27783936
 	FastdropFdLayoutFD_V4TBL24         FastdropFdLayout = 16777216
 	FastdropFdLayoutFD_V4GROUP         FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX    FastdropFdLayout = 11
@@ -276,8 +281,8 @@ const (
 	FastdropFdLayoutFD_MAIN_CAP        FastdropFdLayout = 1024
 	FastdropFdLayoutFD_MAIN_HALF       FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_CLS        FastdropFdLayout = 4096
-	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 17269504
-	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 84378368
+	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 27788032
+	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 94896896
 	FastdropFdLayoutFD_V6USED          FastdropFdLayout = 1
 	FastdropFdLayoutFD_V6MARKER        FastdropFdLayout = 2
 	FastdropFdLayoutFD_V6PREFIX        FastdropFdLayout = 4
@@ -319,21 +324,23 @@ type FastdropFdPolice struct {
 type FastdropFdRecFlags uint32
 
 const (
-	FastdropFdRecFlagsFD_REC_SRC      FastdropFdRecFlags = 1
-	FastdropFdRecFlagsFD_REC_DST      FastdropFdRecFlags = 2
-	FastdropFdRecFlagsFD_REC_PROTO    FastdropFdRecFlags = 4
-	FastdropFdRecFlagsFD_REC_SPORT    FastdropFdRecFlags = 8
-	FastdropFdRecFlagsFD_REC_DPORT    FastdropFdRecFlags = 16
-	FastdropFdRecFlagsFD_REC_FRAG     FastdropFdRecFlags = 32
-	FastdropFdRecFlagsFD_REC_TTL      FastdropFdRecFlags = 64
-	FastdropFdRecFlagsFD_REC_FLAGS    FastdropFdRecFlags = 128
-	FastdropFdRecFlagsFD_REC_QUEUE    FastdropFdRecFlags = 256
-	FastdropFdRecFlagsFD_REC_DSCP     FastdropFdRecFlags = 512
-	FastdropFdRecFlagsFD_REC_TYPE     FastdropFdRecFlags = 1024
-	FastdropFdRecFlagsFD_REC_CODE     FastdropFdRecFlags = 2048
-	FastdropFdRecFlagsFD_REC_LEN      FastdropFdRecFlags = 4096
-	FastdropFdRecFlagsFD_REC_FRAGBITS FastdropFdRecFlags = 8192
-	FastdropFdRecFlagsFD_REC_PORT     FastdropFdRecFlags = 16384
+	FastdropFdRecFlagsFD_REC_SRC       FastdropFdRecFlags = 1
+	FastdropFdRecFlagsFD_REC_DST       FastdropFdRecFlags = 2
+	FastdropFdRecFlagsFD_REC_PROTO     FastdropFdRecFlags = 4
+	FastdropFdRecFlagsFD_REC_SPORT     FastdropFdRecFlags = 8
+	FastdropFdRecFlagsFD_REC_DPORT     FastdropFdRecFlags = 16
+	FastdropFdRecFlagsFD_REC_FRAG      FastdropFdRecFlags = 32
+	FastdropFdRecFlagsFD_REC_TTL       FastdropFdRecFlags = 64
+	FastdropFdRecFlagsFD_REC_FLAGS     FastdropFdRecFlags = 128
+	FastdropFdRecFlagsFD_REC_QUEUE     FastdropFdRecFlags = 256
+	FastdropFdRecFlagsFD_REC_DSCP      FastdropFdRecFlags = 512
+	FastdropFdRecFlagsFD_REC_TYPE      FastdropFdRecFlags = 1024
+	FastdropFdRecFlagsFD_REC_CODE      FastdropFdRecFlags = 2048
+	FastdropFdRecFlagsFD_REC_LEN       FastdropFdRecFlags = 4096
+	FastdropFdRecFlagsFD_REC_FRAGBITS  FastdropFdRecFlags = 8192
+	FastdropFdRecFlagsFD_REC_PORT      FastdropFdRecFlags = 16384
+	FastdropFdRecFlagsFD_REC_LISTS     FastdropFdRecFlags = 32768
+	FastdropFdRecFlagsFD_REC_FLOWLABEL FastdropFdRecFlags = 65536
 )
 
 type FastdropFdRuleRec struct {
@@ -469,6 +476,7 @@ const (
 	FastdropMapFdPolCnt          = "fd_pol_cnt"
 	FastdropMapFdPolSrc          = "fd_pol_src"
 	FastdropMapFdPolicers        = "fd_policers"
+	FastdropMapFdRuleLists       = "fd_rule_lists"
 	FastdropMapFdRules           = "fd_rules"
 	FastdropMapFdV4Sparse        = "fd_v4_sparse"
 	FastdropMapFdV4Tbl8          = "fd_v4_tbl8"
@@ -542,6 +550,7 @@ type FastdropMapSpecs struct {
 	FdPolCnt      *ebpf.MapSpec `ebpf:"fd_pol_cnt"`
 	FdPolSrc      *ebpf.MapSpec `ebpf:"fd_pol_src"`
 	FdPolicers    *ebpf.MapSpec `ebpf:"fd_policers"`
+	FdRuleLists   *ebpf.MapSpec `ebpf:"fd_rule_lists"`
 	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
@@ -589,6 +598,7 @@ type FastdropMaps struct {
 	FdPolCnt      *ebpf.Map `ebpf:"fd_pol_cnt"`
 	FdPolSrc      *ebpf.Map `ebpf:"fd_pol_src"`
 	FdPolicers    *ebpf.Map `ebpf:"fd_policers"`
+	FdRuleLists   *ebpf.Map `ebpf:"fd_rule_lists"`
 	FdRules       *ebpf.Map `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
@@ -608,6 +618,7 @@ func (m *FastdropMaps) Close() error {
 		m.FdPolCnt,
 		m.FdPolSrc,
 		m.FdPolicers,
+		m.FdRuleLists,
 		m.FdRules,
 		m.FdV4Sparse,
 		m.FdV4Tbl8,

@@ -179,6 +179,7 @@ const (
 	LpmtrieMapFdPolCnt        = "fd_pol_cnt"
 	LpmtrieMapFdPolSrc        = "fd_pol_src"
 	LpmtrieMapFdPolicers      = "fd_policers"
+	LpmtrieMapFdRuleLists     = "fd_rule_lists"
 	LpmtrieMapFdRules         = "fd_rules"
 	LpmtrieMapFdV4Sparse      = "fd_v4_sparse"
 	LpmtrieMapFdV4Tbl8        = "fd_v4_tbl8"
@@ -253,6 +254,7 @@ type LpmtrieMapSpecs struct {
 	FdPolCnt      *ebpf.MapSpec `ebpf:"fd_pol_cnt"`
 	FdPolSrc      *ebpf.MapSpec `ebpf:"fd_pol_src"`
 	FdPolicers    *ebpf.MapSpec `ebpf:"fd_policers"`
+	FdRuleLists   *ebpf.MapSpec `ebpf:"fd_rule_lists"`
 	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
@@ -303,6 +305,7 @@ type LpmtrieMaps struct {
 	FdPolCnt      *ebpf.Map `ebpf:"fd_pol_cnt"`
 	FdPolSrc      *ebpf.Map `ebpf:"fd_pol_src"`
 	FdPolicers    *ebpf.Map `ebpf:"fd_policers"`
+	FdRuleLists   *ebpf.Map `ebpf:"fd_rule_lists"`
 	FdRules       *ebpf.Map `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
@@ -325,6 +328,7 @@ func (m *LpmtrieMaps) Close() error {
 		m.FdPolCnt,
 		m.FdPolSrc,
 		m.FdPolicers,
+		m.FdRuleLists,
 		m.FdRules,
 		m.FdV4Sparse,
 		m.FdV4Tbl8,

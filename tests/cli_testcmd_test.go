@@ -2,8 +2,10 @@ package tests
 
 import (
 	"encoding/json"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,4 +157,81 @@ func TestCLITestBadInput(t *testing.T) {
 	f.Close()
 	r = cli(t, "test", "--rules", rules, "--pcap", p)
 	requireOneLineError(t, r, 1, "want Ethernet")
+}
+
+// TestCLITestLists: xdpdrop test decides frames by rules with value lists,
+// negated lists, comparisons and flow labels, and prints each rule as
+// written in the file (fields in the canonical order, which these lines
+// are in; values exactly as written), in text and JSON.
+func TestCLITestLists(t *testing.T) {
+	text := "drop udp dport 53,123,161,1900,11211\n" +
+		"drop tcp dst 192.0.2.0/24 dport !22,443\n" +
+		"drop proto tcp,udp ttl <3,255 len >=1000\n" +
+		"pass udp flowlabel 0x12345,0x100-0x1ff\n"
+	rules := writeRules(t, text)
+	fl := frames.Spec{Src: netip.MustParseAddr("2001:db8::1"), Dst: netip.MustParseAddr("2001:db8::2"), Proto: frames.ProtoUDP, SrcPort: 9, DstPort: 9, FlowLabel: 0x180}
+	pcap := writePcapFrames(t, [][]byte{
+		frames.UDP4("10.0.0.1", "10.0.0.2", 9, 1900, 18).Bytes, // rule 1
+		frames.TCP4("10.0.0.1", "192.0.2.1", 9, 80, 0).Bytes,   // rule 2
+		frames.TCP4("10.0.0.1", "192.0.2.1", 9, 443, 0).Bytes,  // default
+		fl.Build().Bytes, // rule 4
+	})
+	r := cli(t, "test", "--rules", rules, "--pcap", pcap, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var rep struct {
+		Frames []struct {
+			Verdict string `json:"verdict"`
+			Rule    string `json:"rule"`
+		} `json:"frames"`
+		Summary struct {
+			Rules []struct {
+				Rule string `json:"rule"`
+			} `json:"rules"`
+		} `json:"summary"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), r.stdout)
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	want := []struct{ verdict, rule string }{{"drop", lines[0]}, {"drop", lines[1]}, {"pass", ""}, {"pass", lines[3]}}
+	require.Len(t, rep.Frames, len(want))
+	for i, w := range want {
+		require.Equal(t, w.verdict, rep.Frames[i].Verdict, "frame %d", i+1)
+		require.Equal(t, w.rule, rep.Frames[i].Rule, "frame %d", i+1)
+	}
+	for _, rr := range rep.Summary.Rules {
+		require.Contains(t, lines, rr.Rule, "summary rules print as written")
+	}
+	r = cli(t, "test", "--rules", rules, "--pcap", pcap)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "drop tcp dst 192.0.2.0/24 dport !22,443")
+	require.Contains(t, r.stdout, "pass udp flowlabel 0x12345,0x100-0x1ff")
+
+	// Nonsense is refused with the file's line and what to write.
+	for _, tc := range []struct{ rule, want string }{
+		{"drop udp dport 53,,123\n", "test.rules:1: dport 53,,123: empty item in the list"},
+		{"drop flowlabel 5 src 10.0.0.0/8\n", "test.rules:1: flowlabel is IPv6's"},
+		{"drop udp type 3\n", `test.rules:1: type needs protocol icmp or icmpv6 (write e.g. "icmp type 3")`},
+		{"drop udp flags syn\n", "test.rules:1: flags needs protocol tcp"},
+		{"drop dscp 64\n", "test.rules:1: dscp 64: 64 is not a codepoint"},
+		{"drop len >70000\n", "test.rules:1: len >70000: 70000 is not a length 0-65535"},
+	} {
+		r := cli(t, "test", "--rules", writeRules(t, tc.rule), "--pcap", pcap)
+		require.NotEqual(t, 0, r.code, tc.rule)
+		require.Contains(t, r.stderr, tc.want, tc.rule)
+	}
+}
+
+// writePcapFrames writes frames to a pcap file and returns its path.
+func writePcapFrames(t *testing.T, fs [][]byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "frames.pcap")
+	f, err := os.Create(p)
+	require.NoError(t, err)
+	defer f.Close()
+	w := pcapgo.NewWriter(f)
+	require.NoError(t, w.WriteFileHeader(65535, layers.LinkTypeEthernet))
+	ts := time.Date(2026, 12, 1, 7, 0, 0, 0, time.UTC)
+	for i, b := range fs {
+		require.NoError(t, w.WritePacket(gopacket.CaptureInfo{Timestamp: ts.Add(time.Duration(i) * time.Millisecond), CaptureLength: len(b), Length: len(b)}, b))
+	}
+	return p
 }

@@ -162,15 +162,17 @@ func redirectRules(path string, queues []int) (*fastdrop.RuleSet, string, error)
 	}
 	out := &fastdrop.RuleSet{}
 	for _, r := range in.Rules {
-		if r.Queue == nil {
+		if r.Nums == nil || !r.Nums.Queue.IsSet() {
 			for _, run := range runs {
-				r.Queue = &run
-				out.Rules = append(out.Rules, r)
+				rr := r
+				rr.Nums = r.Nums.Clone()
+				rr.Nums.Queue = fastdrop.NumRange(uint32(run.Lo), uint32(run.Hi))
+				out.Rules = append(out.Rules, rr)
 			}
 			continue
 		}
-		for q := int(r.Queue.Lo); q <= int(r.Queue.Hi); q++ {
-			if !selected[q] {
+		for q := 0; q <= fastdrop.MaxQueue; q++ {
+			if r.Nums.Queue.Contains(uint32(q)) && !selected[q] {
 				return nil, "", fmt.Errorf("%s:%d: %q: queue %d has no socket of this command (--queues %s): add it to --queues, or leave queue out of the rule to mean the selected queues", path, r.Line, r.String(), q, queueList(queues))
 			}
 		}
@@ -179,7 +181,7 @@ func redirectRules(path string, queues []int) (*fastdrop.RuleSet, string, error)
 	policy := in.EffectivePolicy()
 	if policy != fastdrop.ActionPass {
 		for _, run := range runs {
-			out.Rules = append(out.Rules, fastdrop.Rule{Action: policy, Queue: &run})
+			out.Rules = append(out.Rules, fastdrop.Rule{Action: policy, Nums: &fastdrop.Nums{Queue: fastdrop.NumRange(uint32(run.Lo), uint32(run.Hi))}})
 		}
 	}
 	note := fmt.Sprintf("policy %s", policy)
