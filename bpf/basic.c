@@ -71,7 +71,13 @@ int tc_drop(struct __sk_buff *skb)
  * modulo gen_flows, fixing the IPv4 header checksum incrementally.
  * The offsets are set from Go, which built the frame and knows them.
  * Never attached (live-frames test runs take no frame over a page), so a
- * plain xdp section. */
+ * plain xdp section.
+ *
+ * A frame that carries XDP metadata is dropped, not sent: that is the
+ * run pktgen keeps in progress at idle priority so that the program stays
+ * in the kernel's XDP dispatcher between the sending runs (each change of
+ * the dispatcher waits for an RCU grace period). The sending runs carry
+ * no metadata. */
 volatile const __u32 gen_flows = 1;
 volatile const __u32 gen_ip_off = 14;   /* IPv4 header offset */
 volatile const __u32 gen_l4_off = 34;   /* UDP/TCP header offset, 0 = none */
@@ -85,6 +91,11 @@ struct {
 	__type(value, __u64);
 	__uint(max_entries, 1);
 } gen_seq SEC(".maps");
+
+/* Frames sent (returned XDP_TX), for pktgen to count what a run that a
+ * signal stopped sent. A plain increment: pktgen's runs share one CPU and
+ * an XDP test run runs its program with preemption disabled. */
+__u64 gen_sent = 0;
 
 static __always_inline __u16 csum_fold(__u32 sum)
 {
@@ -102,6 +113,9 @@ int xdp_gen(struct xdp_md *ctx)
 	__u64 *seq;
 	__u32 ip_off = gen_ip_off, l4_off = gen_l4_off;
 
+	if ((void *)(long)ctx->data_meta < data)
+		return XDP_DROP;
+	gen_sent++;
 	if (gen_flows <= 1)
 		return XDP_TX;
 	seq = bpf_map_lookup_elem(&gen_seq, &zero);

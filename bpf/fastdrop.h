@@ -128,7 +128,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 16,
+	FD_LAYOUT_VERSION = 18,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
@@ -169,10 +169,11 @@ enum fd_layout {
 	 * 2^-16 of that. */
 	FD_POLICE_MAX = 1024,
 	FD_POLICE_SIZE = 64,  /* struct fd_police */
-	FD_PCNT_SIZE = 32,    /* struct fd_pcnt */
+	FD_PCNT_SIZE = 40,    /* struct fd_pcnt */
 	FD_POL_TIME_SHIFT = 4,
 	FD_POL_BYTE_SHIFT = 16,
 	FD_BAN_LENS = 4,      /* distinct ban prefix lengths per family */
+	FD_SRC_WAYS = 4,      /* ways of a set of fd_pol_src */
 
 	/* Entries of a direct table indexed by a 16-bit value (ports, ether,
 	 * the first 16 bits of an address). */
@@ -544,7 +545,13 @@ struct fd_police {
 	__u8 len4;    /* per src/N */
 	__u8 len6;
 	__u8 pad[5];
-	__u64 pad2[2];
+	/* Entry 0 only: the end of the latest ban made (fd_pol_now's
+	 * clock). Before it, bans may be live and frames are looked up in
+	 * fd_bans; after it none is, and the lookup is skipped. Only ever
+	 * raised (by the program, or by user space copying bans into new
+	 * maps), never lowered: a stale value costs lookups, not bans. */
+	__u64 ban_end;
+	__u64 pad2;
 };
 
 _Static_assert(sizeof(struct fd_police) == FD_POLICE_SIZE, "fd_police size");
@@ -557,6 +564,9 @@ struct fd_pcnt {
 	__u64 exceed_bytes;
 	__u64 bans;
 	__u64 sources;
+	/* per-source buckets this rule's new sources took from other
+	 * sources (fd_pol_src: the set was full) */
+	__u64 evicted;
 };
 
 _Static_assert(sizeof(struct fd_pcnt) == FD_PCNT_SIZE, "fd_pcnt size");
@@ -575,6 +585,9 @@ struct fd_ban {
 	__u64 until;   /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) at which it ends */
 	__u64 since;   /* when it was made */
 	__u64 dropped; /* frames dropped by it */
+	/* until on fd_pol_now's clock: what the program compares (user space
+	 * reads until and since, on CLOCK_MONOTONIC). */
+	__u64 end;
 	__u32 slot;    /* the counter slot of the rule that made it */
 	__u32 epoch;   /* that rule's fd_police.epoch */
 };
@@ -832,14 +845,34 @@ struct {
 	__uint(max_entries, 2);
 } fd_pol_cnt SEC(".maps");
 
-/* Per-source buckets (a tat each) of limit rules with per src: a fixed
- * number (set from Go at load), the least recently used evicted, so a
- * flood of spoofed sources cannot grow it. */
+/* Per-source buckets of limit rules with per src: a fixed number (set
+ * from Go at load), so a flood of spoofed sources cannot grow it. A
+ * set-associative cache, not a hash map: a source's bucket is in one set
+ * of FD_SRC_WAYS (by a multiplicative hash of its key), and a new source
+ * takes the way whose bucket would be full soonest (least tat): one that
+ * is full already (tat <= now) holds nothing a fresh bucket would not,
+ * so only sources still over their rate lose state to a flood. Looking a
+ * source up is an array index and FD_SRC_WAYS compares: an LRU hash
+ * lookup (jhash, the bucket's list) cost a frame about 40 ns here. */
+struct fd_src_ent {
+	__u64 hi; /* the source, masked (struct fd_src_key) */
+	__u64 lo;
+	__u32 id; /* police entry | family << 16; 0 = empty */
+	__u32 epoch;
+	__u64 tat;
+};
+
+struct fd_src_set {
+	struct fd_src_ent way[FD_SRC_WAYS];
+};
+
+_Static_assert(sizeof(struct fd_src_set) == FD_SRC_WAYS * 32, "fd_src_set size");
+
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct fd_src_key);
-	__type(value, __u64);
-	__uint(max_entries, 65536);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct fd_src_set);
+	__uint(max_entries, 16384);
 } fd_pol_src SEC(".maps");
 
 /* Bans: checked before the rules, ended by their time (or by user space,
@@ -852,8 +885,17 @@ struct {
 } fd_bans SEC(".maps");
 
 /* Test runs (set from Go at load): the clock is fd_policers[0].tat, in ns,
- * so that tests say what time it is. Off, the verifier removes the test. */
+ * so that tests say what time it is; with 2, the policers see it in steps
+ * of fd_tick_ns, as they see jiffies. Off, the verifier removes the test. */
 volatile const __u32 fd_test_clock = 0;
+
+/* The length of a jiffy in ns (set from Go at load: the resolution of
+ * CLOCK_MONOTONIC_COARSE, 1e9/HZ): the policers' clock is jiffies times
+ * it (see fd_pol_now). 0: bpf_ktime_get_ns. */
+volatile const __u64 fd_tick_ns = 0;
+
+/* fd_pol_src's max_entries - 1 (a power of two; set from Go at load). */
+volatile const __u32 fd_src_sets_mask = 0;
 
 /* Never read: it makes the types user space needs (and nothing above
  * references) part of the BTF, so bpf2go exports them to Go. */
@@ -1376,6 +1418,33 @@ static __always_inline __u64 fd_now_ns(void)
 	return bpf_ktime_get_ns();
 }
 
+/* The policers' clock, in ns: jiffies times a jiffy's length (or the
+ * test clock). bpf_ktime_get_ns costs a frame about 50 ns on this
+ * project's VMs (it reads the TSC); bpf_jiffies64 is one load (the
+ * verifier inlines it). Its steps of a tick (4 ms at HZ=250) would cap
+ * what a bucket shallower than a tick lets through at its depth per tick;
+ * user space adds a tick to every bucket's depth (fd_police.burst), which
+ * makes the rate exact on average: after each step the bucket has room
+ * for the step's worth of frames. Its origin is not CLOCK_MONOTONIC's:
+ * bans keep both (struct fd_ban). */
+static __always_inline __u64 fd_pol_now(void)
+{
+	if (fd_test_clock == 2 && fd_tick_ns) {
+		__u64 t = fd_now_ns();
+
+		return t - t % fd_tick_ns;
+	}
+	if (fd_test_clock || !fd_tick_ns)
+		return fd_now_ns();
+	return bpf_jiffies64() * fd_tick_ns;
+}
+
+/* The tick added to every bucket's depth (see fd_pol_now), in 1/16 ns. */
+static __always_inline __u64 fd_pol_tolerance(void)
+{
+	return fd_test_clock == 1 ? 0 : fd_tick_ns << FD_POL_TIME_SHIFT;
+}
+
 /* fd_src_mask puts the source (hi, lo as fd_banned takes them) masked to
  * len bits into k. Frames without a source (not IP) all get one key. */
 static __always_inline void fd_src_mask(struct fd_src_key *k, __u32 family, __u64 hi, __u64 lo,
@@ -1398,11 +1467,37 @@ static __always_inline void fd_src_mask(struct fd_src_key *k, __u32 family, __u6
 	}
 }
 
-/* fd_banned reports whether the source (IPv4: host order in hi; IPv6: as
- * loaded from the packet) is banned, looked up under each length of
- * lens (one per byte, see fd_conf.ban4), and counts the frame in the ban.
- * A ban past its time is deleted. */
-static __noinline int fd_banned(__u32 lens, __u32 family, __u64 hi, __u64 lo)
+/* fd_bans_end is fd_policers[0].ban_end (see struct fd_police). */
+static __always_inline __u64 *fd_bans_end(void)
+{
+	__u32 zero = 0;
+	struct fd_police *pe = bpf_map_lookup_elem(&fd_policers, &zero);
+
+	return pe ? &pe->ban_end : 0;
+}
+
+/* fd_bans_note raises fd_policers[0].ban_end to end (a ban was made). */
+static __always_inline void fd_bans_note(__u64 end)
+{
+	__u64 *p = fd_bans_end(), old, prev;
+	int i;
+
+	if (!p)
+		return;
+	old = *(volatile __u64 *)p;
+	for (i = 0; i < 4 && end > old; i++) {
+		prev = __sync_val_compare_and_swap(p, old, end);
+		if (prev == old)
+			break;
+		old = prev;
+	}
+}
+
+/* fd_banned_look reports whether the source (IPv4: host order in hi;
+ * IPv6: as loaded from the packet) is banned, looked up under each length
+ * of lens (one per byte, see fd_conf.ban4), and counts the frame in the
+ * ban. A ban past its time is deleted. */
+static __noinline int fd_banned_look(__u32 lens, __u32 family, __u64 hi, __u64 lo)
 {
 	struct fd_src_key k = {};
 	struct fd_ban *b;
@@ -1418,13 +1513,24 @@ static __noinline int fd_banned(__u32 lens, __u32 family, __u64 hi, __u64 lo)
 		b = bpf_map_lookup_elem(&fd_bans, &k);
 		if (!b)
 			continue;
-		if (fd_now_ns() < b->until) {
+		if (fd_pol_now() < b->end) {
 			__sync_fetch_and_add(&b->dropped, 1);
 			return 1;
 		}
 		bpf_map_delete_elem(&fd_bans, &k);
 	}
 	return 0;
+}
+
+/* fd_banned is fd_banned_look, skipped (a load and a compare, no call)
+ * while no ban can be live: after the end of the latest ban made. */
+static __always_inline int fd_banned(__u32 lens, __u32 family, __u64 hi, __u64 lo)
+{
+	__u64 *end = fd_bans_end();
+
+	if (!end || fd_pol_now() >= *(volatile __u64 *)end)
+		return 0;
+	return fd_banned_look(lens, family, hi, lo);
 }
 
 /* This CPU's counters of police entry idx. */
@@ -1442,7 +1548,7 @@ static __always_inline struct fd_pcnt *fd_pcnt_of(__u32 idx)
  * fd_banned. See struct fd_police for the algorithm. Two CPUs that read a
  * bucket at once may both let a frame through where one would: at most
  * one frame per CPU above the bucket. */
-static __noinline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __u64 lo, __u32 bytes)
+static __always_inline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __u64 lo, __u32 bytes)
 {
 	__u32 key = idx & (FD_POLICE_MAX - 1);
 	struct fd_police *pe = bpf_map_lookup_elem(&fd_policers, &key);
@@ -1452,48 +1558,96 @@ static __noinline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __u64 l
 
 	if (!pe)
 		return FD_ACT_PASS << FD_VAL_ACT_SHIFT | (FD_SLOT_DEFAULT + FD_ACT_PASS);
-	now_ns = fd_now_ns();
+	now_ns = fd_pol_now();
 	now = now_ns << FD_POL_TIME_SHIFT;
 	cost = pe->cost;
 	if (pe->flags & FD_LIM_BYTES)
 		cost = (bytes & 0x3ffff) * cost >> FD_POL_BYTE_SHIFT;
 	tat = &pe->tat;
 	if (pe->flags & FD_LIM_PERSRC) {
+		struct fd_src_set *set;
+		struct fd_src_ent *w, *victim;
+		__u32 si, evicted;
+		int i;
+
 		fd_src_mask(&k, family, hi, lo, family == 4 ? pe->len4 : pe->len6);
 		k.id = key | family << 16;
 		k.epoch = pe->epoch;
-		tat = bpf_map_lookup_elem(&fd_pol_src, &k);
+		si = ((k.hi ^ (k.lo * 0xff51afd7ed558ccdULL) ^ ((__u64)k.epoch << 32 | k.id)) *
+		      0x9e3779b97f4a7c15ULL) >> 40;
+		si &= fd_src_sets_mask;
+		set = bpf_map_lookup_elem(&fd_pol_src, &si);
+		if (!set)
+			return FD_ACT_PASS << FD_VAL_ACT_SHIFT | (pe->slot & FD_VAL_SLOT_MASK);
+		tat = 0;
+		victim = &set->way[0];
+		for (i = 0; i < FD_SRC_WAYS; i++) {
+			w = &set->way[i];
+			if (w->hi == k.hi && w->lo == k.lo && w->id == k.id && w->epoch == k.epoch) {
+				tat = &w->tat;
+				break;
+			}
+			if (w->tat < victim->tat)
+				victim = w;
+		}
 		if (!tat) {
-			/* A fresh bucket is full: the frame conforms. */
-			__u64 v = now + cost;
-
-			bpf_map_update_elem(&fd_pol_src, &k, &v, BPF_NOEXIST);
+			/* A fresh bucket is full: the frame conforms. It takes
+			 * the way that would be full soonest (an empty one's
+			 * tat is 0). Two CPUs doing this at once in one set
+			 * may take one way: then one source starts again
+			 * with a full bucket. */
+			evicted = victim->id != 0;
+			victim->id = 0;
+			victim->hi = k.hi;
+			victim->lo = k.lo;
+			victim->epoch = k.epoch;
+			victim->tat = now + cost;
+			victim->id = k.id;
 			pc = fd_pcnt_of(key);
-			if (pc)
+			if (pc) {
 				pc->sources++;
+				pc->evicted += evicted;
+			}
 			return FD_ACT_PASS << FD_VAL_ACT_SHIFT | (pe->slot & FD_VAL_SLOT_MASK);
 		}
 	}
 	old = *(volatile __u64 *)tat;
 	t = old > now ? old : now;
-	if (t + cost > now + pe->burst) {
+	/* A tick more than the bucket's depth: see fd_pol_now. */
+	if (t + cost > now + pe->burst + fd_pol_tolerance()) {
 		pc = fd_pcnt_of(key);
 		if (pc) {
 			pc->exceed_packets++;
 			pc->exceed_bytes += bytes;
 		}
 		if (pe->ban_ns && (pe->flags & FD_LIM_PERSRC) && family) {
+			/* Once per ban: the source's next frames meet it
+			 * before the rules. */
+			__u64 mono = fd_now_ns();
 			struct fd_ban b = {
-				.until = now_ns + pe->ban_ns,
-				.since = now_ns,
+				.until = mono + pe->ban_ns,
+				.since = mono,
+				.end = now_ns + pe->ban_ns,
 				.slot = pe->slot,
 				.epoch = pe->epoch,
 			};
 
+			struct fd_ban *old_ban;
+			int err;
+
 			k.id = family << 8 | (family == 4 ? pe->len4 : pe->len6);
 			k.epoch = 0;
-			if (!bpf_map_update_elem(&fd_bans, &k, &b, BPF_NOEXIST) && pc)
-				pc->bans++;
+			err = bpf_map_update_elem(&fd_bans, &k, &b, BPF_NOEXIST);
+			/* One that ended and was not looked up since (fd_banned
+			 * skips the lookup once every ban has ended) is
+			 * replaced; a live one stays as it is. */
+			if (err && (old_ban = bpf_map_lookup_elem(&fd_bans, &k)) && old_ban->end <= now_ns)
+				err = bpf_map_update_elem(&fd_bans, &k, &b, BPF_EXIST);
+			if (!err) {
+				fd_bans_note(b.end);
+				if (pc)
+					pc->bans++;
+			}
 		}
 		return FD_ACT_DROP << FD_VAL_ACT_SHIFT | (pe->slot & FD_VAL_SLOT_MASK);
 	}
@@ -1790,13 +1944,18 @@ compound:
 	/* Only a limit rule's val has bit 31 (FD_ACT_LIMIT). */
 	if (full && (r.val & (1u << 31))) {
 		__u32 bytes = *env->len & ~PARSE_LEN_CHECK;
+		__u32 family = p->family;
+		__u64 hi = 0, lo = 0;
 
-		if (p->family == 4)
-			r.val = fd_police_run(r.val, 4, p->src4, 0, bytes);
-		else if (p->family == 6)
-			r.val = fd_police_run(r.val, 6, p->src6[0], p->src6[1], bytes);
-		else
-			r.val = fd_police_run(r.val, 0, 0, 0, bytes);
+		if (family == 4) {
+			hi = p->src4;
+		} else if (family == 6) {
+			hi = p->src6[0];
+			lo = p->src6[1];
+		} else {
+			family = 0;
+		}
+		r.val = fd_police_run(r.val, family, hi, lo, bytes);
 	}
 	return r;
 

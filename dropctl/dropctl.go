@@ -89,7 +89,7 @@ func ReloadIfFull(att *loader.Attachment, old *fastdrop.Engine, err error, set f
 // replaces the attached one and its pinned maps with it atomically: every
 // packet meets the old program or the new one. The AF_XDP sockets stay:
 // the new program takes over the pinned socket maps (a running xdpdrop
-// redirect keeps its sockets).
+// redirect keeps its sockets), and the bans in force (fastdrop.CopyBans).
 func Reload(att *loader.Attachment, rs *fastdrop.RuleSet) error {
 	opts := fastdrop.CapacityFor(rs, headroom)
 	socks, err := fastdrop.PinnedSocketMaps(att.MapsDir())
@@ -102,15 +102,30 @@ func Reload(att *loader.Attachment, rs *fastdrop.RuleSet) error {
 		}
 	}()
 	opts.SocketMaps = socks
+	// The bans stay too: copied before the rules go in (their prefix
+	// lengths are looked up), and once more after the swap for those
+	// the old program made meanwhile.
+	bans, err := fastdrop.PinnedBans(att.MapsDir())
+	if err != nil {
+		return err
+	}
+	defer bans.Close()
 	eng, err := fastdrop.New(opts)
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
+	if _, err := eng.CopyBans(bans); err != nil {
+		return err
+	}
 	if err := eng.Apply(rs); err != nil {
 		return err
 	}
-	return att.ReplaceWithMaps(eng.Program(), eng.Maps())
+	if err := att.ReplaceWithMaps(eng.Program(), eng.Maps()); err != nil {
+		return err
+	}
+	_, err = eng.CopyBans(bans)
+	return err
 }
 
 // Attach loads the fast-drop program with tables sized for rs, puts rs in

@@ -188,6 +188,24 @@ func (f *matchField) prefixOf(r *Rule) *netip.Prefix {
 	return (*netip.Prefix)(unsafe.Add(unsafe.Pointer(r), f.at))
 }
 
+// raiseBanEnd raises fd_policers[0].ban_end (m is fd_policers) to end,
+// atomically: the program raises it too, with compare-and-swap, when it
+// bans, and a plain write could lower it under a ban just made.
+func raiseBanEnd(m *ebpf.Map, end uint64) error {
+	b, err := unix.Mmap(m.FD(), 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("map the policers of %s: %w", m, err)
+	}
+	p := (*atomic.Uint64)(unsafe.Pointer(&b[unsafe.Offsetof(gen.FastdropFdPolice{}.BanEnd)]))
+	for {
+		old := p.Load()
+		if old >= end || p.CompareAndSwap(old, end) {
+			break
+		}
+	}
+	return unix.Munmap(b)
+}
+
 // numAt returns the Num at offset at of n (a numeric field's, storeNum).
 func numAt(n *Nums, at uintptr) *Num { return (*Num)(unsafe.Add(unsafe.Pointer(n), at)) }
 

@@ -72,9 +72,10 @@ type Options struct {
 	// fill three quarters of it. Default 131,072; at most MaxIPv6Entries.
 	IPv6Entries int
 	// LimitSources is the size of the table of per-source buckets that
-	// limit rules with per src share (least recently used evicted: a
-	// flood of spoofed sources cannot grow it). Default 131,072, about
-	// 13 MiB.
+	// limit rules with per src share, rounded up to a power of two: sets
+	// of 4, a new source taking the bucket of its set that would be full
+	// soonest, so a flood of spoofed sources cannot grow it. Default
+	// 131,072, 4 MiB (32 bytes a bucket).
 	LimitSources int
 	// Bans is how many sources may be banned at once (least recently
 	// used evicted). Default 16,384, about 2 MiB.
@@ -90,6 +91,9 @@ type Options struct {
 	// testClock makes the program's clock the test clock (test runs only:
 	// Engine.setTestClock).
 	testClock bool
+	// testTicks (with testClock): the policers see the test clock in
+	// steps of a jiffy, as they see the real one.
+	testTicks bool
 	// trace makes the program prepend a struct fd_trace_rec to each frame
 	// (test runs only).
 	trace bool
@@ -221,8 +225,15 @@ func (o Options) check() error {
 		}
 		return fmt.Errorf("fastdrop: an IPv6 table of %d entries asked: %w: one fast-drop program has at most %d", o.IPv6Entries, ErrCapacity, MaxIPv6Entries)
 	}
+	// The program hashes a source to at most 2^24 sets of 4.
+	if o.LimitSources > maxLimitSources {
+		return fmt.Errorf("fastdrop: a table of %d per-source buckets asked: %w: one fast-drop program has at most %d", o.LimitSources, ErrCapacity, maxLimitSources)
+	}
 	return nil
 }
+
+// maxLimitSources is the most per-source buckets (Options.LimitSources).
+const maxLimitSources = 1 << 26
 
 func (o Options) withDefaults() Options {
 	if o.MaxRules <= 0 {
@@ -380,10 +391,30 @@ func New(opts Options) (*Engine, error) {
 	spec.Maps[gen.FastdropMapFdCounters].ValueSize = uint32(nslots * counterSize)
 	spec.Maps[gen.FastdropMapFdRules].MaxEntries = uint32(nslots)
 	spec.Maps[gen.FastdropMapFdPolCnt].MaxEntries = uint32(ncpu)
-	spec.Maps[gen.FastdropMapFdPolSrc].MaxEntries = uint32(opts.LimitSources)
+	sets := 1
+	for sets*srcWays < opts.LimitSources {
+		sets *= 2
+	}
+	spec.Maps[gen.FastdropMapFdPolSrc].MaxEntries = uint32(sets)
+	if err := spec.Variables[gen.FastdropVarFdSrcSetsMask].Set(uint32(sets - 1)); err != nil {
+		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdSrcSetsMask, err)
+	}
 	spec.Maps[gen.FastdropMapFdBans].MaxEntries = uint32(opts.Bans)
+	// The policers' clock counts jiffies (bpf/fastdrop.h, fd_pol_now):
+	// CLOCK_MONOTONIC_COARSE's resolution is a jiffy's length.
+	var res unix.Timespec
+	if err := unix.ClockGetres(unix.CLOCK_MONOTONIC_COARSE, &res); err != nil {
+		return nil, fmt.Errorf("fastdrop: read the coarse clock's resolution: %w", err)
+	}
+	if err := spec.Variables[gen.FastdropVarFdTickNs].Set(uint64(res.Nano())); err != nil {
+		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdTickNs, err)
+	}
 	if opts.testClock {
-		if err := spec.Variables[gen.FastdropVarFdTestClock].Set(uint32(1)); err != nil {
+		mode := uint32(1)
+		if opts.testTicks {
+			mode = 2
+		}
+		if err := spec.Variables[gen.FastdropVarFdTestClock].Set(mode); err != nil {
 			return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdTestClock, err)
 		}
 	}

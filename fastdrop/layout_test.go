@@ -31,7 +31,10 @@ var layoutFingerprints = map[uint32]string{
 	13: "85d1ebeb1f2ce775", // comparisons on ttl, dscp, type, code: ttl_op, dscp_op, type_op, code_op
 	14: "c460f06915a19747", // value lists and negated lists: FD_REC_LISTS and fd_rule_lists; comparison records keep the value written
 	15: "997b794210afaf1b", // flowlabel: a direct field of 20 bits, FD_REC_FLOWLABEL
-	16: "c2761f2d3138a3b3", // fd_conf.features and FD_FEAT_*: the plain path for rule sets that need none
+	// 14-16 were h/police's before it merged main's 14 and 15: never released.
+	17: "4611f0412542e26c", // the policers on jiffies (fd_ban.end, fd_police.ban_end), fd_pol_src a set-associative array (fd_src_set, fd_src_ent, FD_SRC_WAYS), fd_pcnt.evicted; fd_police, fd_pcnt, fd_src_key, fd_ban fingerprinted from here on
+	// 16 was h/hot's before it merged main's 17: never released.
+	18: "9b7aba8b9cecd610", // fd_conf.features and FD_FEAT_*: the plain path for rule sets that need none
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.
@@ -39,6 +42,7 @@ var layoutTypes = []string{
 	"fd_layout", "fd_action", "fd_field", "fd_rec_flags",
 	"fd_state", "fd_stamp", "fd_conf", "fd_bm", "fd_rule_rec", "fd_v6_ent", "fd_v4_sparse", "counter",
 	"fd_cap_layout", "fd_cap_ctl", "fd_cap_sel", "fd_cap_cnt", "fd_cap_rec", "fd_cap_cpu",
+	"fd_police", "fd_pcnt", "fd_src_key", "fd_ban", "fd_src_ent", "fd_src_set",
 }
 
 // layoutFingerprint describes layoutTypes from the object's BTF (names,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -20,6 +21,7 @@ const (
 	policeMax   = int(gen.FastdropFdLayoutFD_POLICE_MAX)
 	pcntSize    = int(gen.FastdropFdLayoutFD_PCNT_SIZE)
 	banLensMax  = int(gen.FastdropFdLayoutFD_BAN_LENS)
+	srcWays     = int(gen.FastdropFdLayoutFD_SRC_WAYS)
 	slotBanned  = uint32(gen.FastdropFdLayoutFD_SLOT_BANNED)
 	actLimitVal = uint32(ActionLimit) << valActShift
 	// Byte offsets of the limit members of struct fd_rule_rec
@@ -175,6 +177,7 @@ func (e *Engine) pcntSums() ([]gen.FastdropFdPcnt, error) {
 			sums[i].ExceedBytes += binary.NativeEndian.Uint64(b[8:])
 			sums[i].Bans += binary.NativeEndian.Uint64(b[16:])
 			sums[i].Sources += binary.NativeEndian.Uint64(b[24:])
+			sums[i].Evicted += binary.NativeEndian.Uint64(b[32:])
 		}
 	}
 	return sums, nil
@@ -191,6 +194,9 @@ type LimitCounter struct {
 	// sources seen again after theirs was evicted (the table is of a
 	// fixed size, Options.LimitSources).
 	Sources uint64 `json:"sources"`
+	// Evicted counts the buckets of other sources that new sources of
+	// this rule took: the table was full where they hash to.
+	Evicted uint64 `json:"evicted"`
 }
 
 // split makes the counter of a limit rule's slot (every frame it matched)
@@ -199,7 +205,7 @@ func split(total Counter, pc gen.FastdropFdPcnt) LimitCounter {
 	ex := Counter{Packets: min(pc.ExceedPackets, total.Packets), Bytes: min(pc.ExceedBytes, total.Bytes)}
 	return LimitCounter{
 		Conform: Counter{Packets: total.Packets - ex.Packets, Bytes: total.Bytes - ex.Bytes},
-		Exceed:  ex, Bans: pc.Bans, Sources: pc.Sources,
+		Exceed:  ex, Bans: pc.Bans, Sources: pc.Sources, Evicted: pc.Evicted,
 	}
 }
 
@@ -300,9 +306,16 @@ func (e *Engine) now() (uint64, error) {
 	return uint64(ts.Nano()), nil
 }
 
-// setTestClock sets the test clock (Options.testClock) to ns.
+// setTestClock sets the test clock (Options.testClock) to ns; the rest of
+// entry 0 (ban_end) stays.
 func (e *Engine) setTestClock(ns uint64) error {
-	return e.maps[gen.FastdropMapFdPolicers].Put(uint32(0), &gen.FastdropFdPolice{Tat: ns})
+	m := e.maps[gen.FastdropMapFdPolicers]
+	var pe gen.FastdropFdPolice
+	if err := m.Lookup(uint32(0), &pe); err != nil {
+		return fmt.Errorf("fastdrop: read test clock: %w", err)
+	}
+	pe.Tat = ns
+	return m.Put(uint32(0), &pe)
 }
 
 func banSource(k gen.FastdropFdSrcKey) netip.Prefix {
@@ -367,6 +380,10 @@ func (e *Engine) Unban(p netip.Prefix, all bool) ([]netip.Prefix, error) {
 	if err != nil {
 		return nil, err
 	}
+	now, err := e.now()
+	if err != nil {
+		return nil, err
+	}
 	var out []netip.Prefix
 	m := e.maps[gen.FastdropMapFdBans]
 	for _, b := range entries {
@@ -377,7 +394,11 @@ func (e *Engine) Unban(p netip.Prefix, all bool) ([]netip.Prefix, error) {
 		if err := m.Delete(&b.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return out, fmt.Errorf("fastdrop: lift ban of %s: %w%s", src, err, caps.Suffix(err, caps.Of(caps.BPF)))
 		}
-		out = append(out, src)
+		// One that had ended (the program leaves those it no longer
+		// looks up) goes too, unreported.
+		if b.val.Until > now {
+			out = append(out, src)
+		}
 	}
 	return out, nil
 }
@@ -423,4 +444,64 @@ func decodeLimit(b []byte) (l *Limit, idx uint16, epoch uint32) {
 		l.Unit = UnitBytes
 	}
 	return l, le.Uint16(b[recLimPolice:]), epoch
+}
+
+// PinnedBans opens the ban table pinned in pinDir (see Open), for
+// CopyBans: a program loaded again (with bigger tables) keeps the bans of
+// the one it replaces. The caller closes it.
+func PinnedBans(pinDir string) (*ebpf.Map, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, gen.FastdropMapFdBans), nil)
+	if err != nil {
+		return nil, fmt.Errorf("fastdrop: open pinned map %s in %s: %w%s", gen.FastdropMapFdBans, pinDir, err, caps.Suffix(err, caps.Of(caps.BPF)))
+	}
+	return m, nil
+}
+
+// CopyBans copies the bans in force in from (another engine's ban table,
+// PinnedBans) into e's, and returns how many it copied. A ban keeps its
+// end, the frames it dropped and the rule that made it (by counter slot
+// and epoch: a rule of the same text in the new engine is not that rule,
+// so Bans shows no rule for it). Call it before Apply, so that the prefix
+// lengths the bans need are looked up, and again after the new program
+// replaced the old one, for bans made in between.
+func (e *Engine) CopyBans(from *ebpf.Map) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if from.ValueSize() != e.maps[gen.FastdropMapFdBans].ValueSize() {
+		return 0, fmt.Errorf("fastdrop: copy bans: the other program's bans are of another layout (%d bytes, not %d); they were not kept", from.ValueSize(), e.maps[gen.FastdropMapFdBans].ValueSize())
+	}
+	now, err := e.now()
+	if err != nil {
+		return 0, err
+	}
+	var k gen.FastdropFdSrcKey
+	var v gen.FastdropFdBan
+	var keys []gen.FastdropFdSrcKey
+	var vals []gen.FastdropFdBan
+	var end uint64
+	it := from.Iterate()
+	for it.Next(&k, &v) {
+		if v.Until <= now {
+			continue
+		}
+		keys, vals = append(keys, k), append(vals, v)
+		end = max(end, v.End)
+	}
+	if err := it.Err(); err != nil {
+		return 0, fmt.Errorf("fastdrop: read the bans to keep: %w%s", err, caps.Suffix(err, caps.Of(caps.BPF)))
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	// The gate first (struct fd_police: only ever raised), then the bans.
+	if err := raiseBanEnd(e.maps[gen.FastdropMapFdPolicers], end); err != nil {
+		return 0, fmt.Errorf("fastdrop: copy bans: %w", err)
+	}
+	m := e.maps[gen.FastdropMapFdBans]
+	for i := range keys {
+		if err := m.Update(&keys[i], &vals[i], ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+			return i, fmt.Errorf("fastdrop: copy ban of %s: %w%s", banSource(keys[i]), err, caps.Suffix(err, caps.Of(caps.BPF)))
+		}
+	}
+	return len(keys), nil
 }

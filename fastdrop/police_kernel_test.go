@@ -1,12 +1,14 @@
 package fastdrop
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf/btf"
+	"golang.org/x/sys/unix"
 
 	"github.com/xdpdrop/xdpdrop/gen"
 	"github.com/xdpdrop/xdpdrop/internal/frames"
@@ -276,5 +278,92 @@ func TestLimitRecordLayout(t *testing.T) {
 		if back.String() != r.String() || idx != 7 || epoch != 9 {
 			t.Errorf("%q comes back as %q (entry %d, epoch %d)", r.String(), back.String(), idx, epoch)
 		}
+	}
+}
+
+// TestLimitTickClock: the policers' clock moves in steps of a jiffy (4 ms
+// at HZ=250); a bucket shallower than a step still lets its rate through
+// on average, not its depth per step: limit 50000/s burst 5 is 200 frames
+// per 4 ms step, not 5.
+func TestLimitTickClock(t *testing.T) {
+	var res unix.Timespec
+	if err := unix.ClockGetres(unix.CLOCK_MONOTONIC_COARSE, &res); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.Duration(res.Nano())
+	opts := testOptions
+	opts.testClock, opts.testTicks = true, true
+	e := newTestEngine(t, opts)
+	start := time.Hour
+	setClock(t, e, start)
+	r := mustApply(t, e, kParse(t, "limit 50000/s burst 5 udp dport 53\nlimit 50000/s burst 5 per src udp dport 54\n"))
+	agg := frames.UDP4("198.51.100.1", "10.0.0.1", 1000, 53, 10).Bytes
+	src := frames.UDP4("198.51.100.1", "10.0.0.1", 1000, 54, 10).Bytes
+	perStep := int(50000 * tick / time.Second)
+	const steps = 20
+	total := map[string]int{}
+	for i := 1; i <= steps; i++ {
+		// Anywhere inside the step: the policers see its start.
+		setClock(t, e, start+time.Duration(i)*tick+tick/3)
+		for name, f := range map[string][]byte{"aggregate": agg, "per src": src} {
+			got := passes(t, r, f, perStep+50)
+			total[name] += got
+			if got < perStep-1 || got > perStep+5+1 {
+				t.Errorf("%s, step %d: %d passed, want about %d (the rate over a %v step)", name, i, got, perStep, tick)
+			}
+		}
+	}
+	for name, got := range total {
+		if want := steps * perStep; got < want || got > want+perStep+5 {
+			t.Errorf("%s: %d passed over %d steps, want %d to %d", name, got, steps, want, want+perStep+5)
+		}
+	}
+}
+
+// TestLimitSpoofedFlood: the per-source table is of a fixed size; a flood
+// of one-frame spoofed sources, each making a bucket (counted), takes the
+// buckets that would be full soonest, so a source still over its rate
+// keeps its state (its frames stay dropped) and the aggregate limit holds.
+func TestLimitSpoofedFlood(t *testing.T) {
+	opts := testOptions
+	opts.testClock = true
+	opts.LimitSources, opts.Bans = 64, 256
+	e := newTestEngine(t, opts)
+	start := time.Hour
+	setClock(t, e, start)
+	r := mustApply(t, e, kParse(t, "limit 10/s burst 5 per src udp dport 53\nlimit 1000/s burst 50 udp dport 54\n"))
+	heavy := frames.UDP4("203.0.113.9", "10.0.0.1", 1000, 53, 10).Bytes
+	agg := frames.UDP4("203.0.113.9", "10.0.0.1", 1000, 54, 10).Bytes
+	if got := passes(t, r, heavy, 20); got != 5 {
+		t.Fatalf("heavy source: %d of 20 passed, want its burst, 5", got)
+	}
+	if got := passes(t, r, agg, 60); got != 50 {
+		t.Fatalf("aggregate: %d of 60 passed, want 50", got)
+	}
+	const spoofed = 5000
+	for i := range spoofed {
+		at := start + time.Duration(i)*time.Microsecond // 5 ms in all
+		if i%100 == 0 {
+			setClock(t, e, at)
+		}
+		f := frames.UDP4(fmt.Sprintf("10.%d.%d.%d", i>>16, i>>8&255, i&255), "10.0.0.1", 1000, 53, 10).Bytes
+		if res, err := r.run(f); err != nil || res.Verdict != ActionPass {
+			t.Fatalf("spoofed source %d: %v %v, want pass (a fresh bucket)", i, res, err)
+		}
+	}
+	setClock(t, e, start+spoofed*time.Microsecond)
+	if got := passes(t, r, heavy, 10); got != 0 {
+		t.Errorf("heavy source after %d spoofed ones in a table of 64: %d of 10 passed, want 0 (its bucket kept)", spoofed, got)
+	}
+	if got := passes(t, r, agg, 10); got != 5 {
+		t.Errorf("aggregate after the flood: %d of 10 passed, want 5 (5 ms at 1000/s)", got)
+	}
+	c, err := e.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lc := c.Rules[0].Limit; lc == nil || lc.Sources != spoofed+1 || lc.Conform.Packets != spoofed+5 ||
+		lc.Evicted < spoofed+1-64 || lc.Evicted > spoofed {
+		t.Errorf("per-source rule's counters %+v, want %d buckets made, %d conforming, %d to %d evicted", lc, spoofed+1, spoofed+5, spoofed+1-64, spoofed)
 	}
 }

@@ -46,6 +46,7 @@ const (
 	BasicVarGenIpOff     = "gen_ip_off"
 	BasicVarGenL4Csum    = "gen_l4_csum"
 	BasicVarGenL4Off     = "gen_l4_off"
+	BasicVarGenSent      = "gen_sent"
 )
 
 // LoadBasic returns the embedded CollectionSpec for Basic.
@@ -114,6 +115,7 @@ type BasicVariableSpecs struct {
 	GenIpOff     *ebpf.VariableSpec `ebpf:"gen_ip_off"`
 	GenL4Csum    *ebpf.VariableSpec `ebpf:"gen_l4_csum"`
 	GenL4Off     *ebpf.VariableSpec `ebpf:"gen_l4_off"`
+	GenSent      *ebpf.VariableSpec `ebpf:"gen_sent"`
 }
 
 // BasicObjects contains all objects after they have been loaded into the kernel.
@@ -156,6 +158,7 @@ type BasicVariables struct {
 	GenIpOff     *ebpf.Variable `ebpf:"gen_ip_off"`
 	GenL4Csum    *ebpf.Variable `ebpf:"gen_l4_csum"`
 	GenL4Off     *ebpf.Variable `ebpf:"gen_l4_off"`
+	GenSent      *ebpf.Variable `ebpf:"gen_sent"`
 }
 
 // BasicPrograms contains all programs after they have been loaded into the kernel.

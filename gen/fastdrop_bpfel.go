@@ -34,6 +34,7 @@ type FastdropFdBan struct {
 	Until   uint64
 	Since   uint64
 	Dropped uint64
+	End     uint64
 	Slot    uint32
 	Epoch   uint32
 }
@@ -212,7 +213,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 16
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 18
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_LISTS_SIZE      FastdropFdLayout = 1024
@@ -228,10 +229,11 @@ const (
 	FastdropFdLayoutFD_SLOT_RULES      FastdropFdLayout = 16
 	FastdropFdLayoutFD_POLICE_MAX      FastdropFdLayout = 1024
 	FastdropFdLayoutFD_POLICE_SIZE     FastdropFdLayout = 64
-	FastdropFdLayoutFD_PCNT_SIZE       FastdropFdLayout = 32
+	FastdropFdLayoutFD_PCNT_SIZE       FastdropFdLayout = 40
 	FastdropFdLayoutFD_POL_TIME_SHIFT  FastdropFdLayout = 4
 	FastdropFdLayoutFD_POL_BYTE_SHIFT  FastdropFdLayout = 16
 	FastdropFdLayoutFD_BAN_LENS        FastdropFdLayout = 4
+	FastdropFdLayoutFD_SRC_WAYS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_DIRECT          FastdropFdLayout = 65536
 	FastdropFdLayoutFD_FRONT_PORTS_N   FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N   FastdropFdLayout = 1024
@@ -304,21 +306,23 @@ type FastdropFdPcnt struct {
 	ExceedBytes   uint64
 	Bans          uint64
 	Sources       uint64
+	Evicted       uint64
 }
 
 type FastdropFdPolice struct {
-	_     structs.HostLayout
-	Tat   uint64
-	Cost  uint64
-	Burst uint64
-	BanNs uint64
-	Slot  uint32
-	Epoch uint32
-	Flags uint8
-	Len4  uint8
-	Len6  uint8
-	Pad   [5]uint8
-	Pad2  [2]uint64
+	_      structs.HostLayout
+	Tat    uint64
+	Cost   uint64
+	Burst  uint64
+	BanNs  uint64
+	Slot   uint32
+	Epoch  uint32
+	Flags  uint8
+	Len4   uint8
+	Len6   uint8
+	Pad    [5]uint8
+	BanEnd uint64
+	Pad2   uint64
 }
 
 type FastdropFdRecFlags uint32
@@ -410,6 +414,18 @@ type FastdropFdSrcKey struct {
 	Lo    uint64
 }
 
+type FastdropFdSrcSet struct {
+	_   structs.HostLayout
+	Way [4]struct {
+		_     structs.HostLayout
+		Hi    uint64
+		Lo    uint64
+		Id    uint32
+		Epoch uint32
+		Tat   uint64
+	}
+}
+
 type FastdropFdStamp struct {
 	_             structs.HostLayout
 	LayoutVersion uint32
@@ -487,7 +503,9 @@ const (
 	FastdropProgXdpFastdropTrace = "xdp_fastdrop_trace"
 	FastdropVarFdBtfAnchor       = "fd_btf_anchor"
 	FastdropVarFdCounterSlots    = "fd_counter_slots"
+	FastdropVarFdSrcSetsMask     = "fd_src_sets_mask"
 	FastdropVarFdTestClock       = "fd_test_clock"
+	FastdropVarFdTickNs          = "fd_tick_ns"
 	FastdropVarFdV6Cap           = "fd_v6_cap"
 )
 
@@ -565,7 +583,9 @@ type FastdropMapSpecs struct {
 type FastdropVariableSpecs struct {
 	FdBtfAnchor    *ebpf.VariableSpec `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.VariableSpec `ebpf:"fd_counter_slots"`
+	FdSrcSetsMask  *ebpf.VariableSpec `ebpf:"fd_src_sets_mask"`
 	FdTestClock    *ebpf.VariableSpec `ebpf:"fd_test_clock"`
+	FdTickNs       *ebpf.VariableSpec `ebpf:"fd_tick_ns"`
 	FdV6Cap        *ebpf.VariableSpec `ebpf:"fd_v6_cap"`
 }
 
@@ -634,7 +654,9 @@ func (m *FastdropMaps) Close() error {
 type FastdropVariables struct {
 	FdBtfAnchor    *ebpf.Variable `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.Variable `ebpf:"fd_counter_slots"`
+	FdSrcSetsMask  *ebpf.Variable `ebpf:"fd_src_sets_mask"`
 	FdTestClock    *ebpf.Variable `ebpf:"fd_test_clock"`
+	FdTickNs       *ebpf.Variable `ebpf:"fd_tick_ns"`
 	FdV6Cap        *ebpf.Variable `ebpf:"fd_v6_cap"`
 }
 

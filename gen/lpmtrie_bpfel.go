@@ -24,6 +24,7 @@ type LpmtrieFdBan struct {
 	Until   uint64
 	Since   uint64
 	Dropped uint64
+	End     uint64
 	Slot    uint32
 	Epoch   uint32
 }
@@ -73,18 +74,19 @@ type LpmtrieFdLpm6Key struct {
 }
 
 type LpmtrieFdPolice struct {
-	_     structs.HostLayout
-	Tat   uint64
-	Cost  uint64
-	Burst uint64
-	BanNs uint64
-	Slot  uint32
-	Epoch uint32
-	Flags uint8
-	Len4  uint8
-	Len6  uint8
-	Pad   [5]uint8
-	Pad2  [2]uint64
+	_      structs.HostLayout
+	Tat    uint64
+	Cost   uint64
+	Burst  uint64
+	BanNs  uint64
+	Slot   uint32
+	Epoch  uint32
+	Flags  uint8
+	Len4   uint8
+	Len6   uint8
+	Pad    [5]uint8
+	BanEnd uint64
+	Pad2   uint64
 }
 
 type LpmtrieFdRuleRec struct {
@@ -154,6 +156,18 @@ type LpmtrieFdSrcKey struct {
 	Lo    uint64
 }
 
+type LpmtrieFdSrcSet struct {
+	_   structs.HostLayout
+	Way [4]struct {
+		_     structs.HostLayout
+		Hi    uint64
+		Lo    uint64
+		Id    uint32
+		Epoch uint32
+		Tat   uint64
+	}
+}
+
 type LpmtrieFdV4Sparse struct {
 	_   structs.HostLayout
 	Def uint32
@@ -189,7 +203,9 @@ const (
 	LpmtrieProgXdpLpmBaseline = "xdp_lpm_baseline"
 	LpmtrieVarFdBtfAnchor     = "fd_btf_anchor"
 	LpmtrieVarFdCounterSlots  = "fd_counter_slots"
+	LpmtrieVarFdSrcSetsMask   = "fd_src_sets_mask"
 	LpmtrieVarFdTestClock     = "fd_test_clock"
+	LpmtrieVarFdTickNs        = "fd_tick_ns"
 	LpmtrieVarFdV6Cap         = "fd_v6_cap"
 )
 
@@ -269,7 +285,9 @@ type LpmtrieMapSpecs struct {
 type LpmtrieVariableSpecs struct {
 	FdBtfAnchor    *ebpf.VariableSpec `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.VariableSpec `ebpf:"fd_counter_slots"`
+	FdSrcSetsMask  *ebpf.VariableSpec `ebpf:"fd_src_sets_mask"`
 	FdTestClock    *ebpf.VariableSpec `ebpf:"fd_test_clock"`
+	FdTickNs       *ebpf.VariableSpec `ebpf:"fd_tick_ns"`
 	FdV6Cap        *ebpf.VariableSpec `ebpf:"fd_v6_cap"`
 }
 
@@ -344,7 +362,9 @@ func (m *LpmtrieMaps) Close() error {
 type LpmtrieVariables struct {
 	FdBtfAnchor    *ebpf.Variable `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.Variable `ebpf:"fd_counter_slots"`
+	FdSrcSetsMask  *ebpf.Variable `ebpf:"fd_src_sets_mask"`
 	FdTestClock    *ebpf.Variable `ebpf:"fd_test_clock"`
+	FdTickNs       *ebpf.Variable `ebpf:"fd_tick_ns"`
 	FdV6Cap        *ebpf.Variable `ebpf:"fd_v6_cap"`
 }
 

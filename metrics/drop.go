@@ -32,7 +32,7 @@ type DropCollector struct {
 	rulePackets, ruleBytes   *prometheus.Desc
 	rules, omitted, scrapeOK *prometheus.Desc
 	// Limit rules: frames and bytes by result (conform, exceed), bans.
-	limitPackets, limitBytes, limitBans *prometheus.Desc
+	limitPackets, limitBytes, limitBans, limitEvicted *prometheus.Desc
 	// Samples of rules' sample modifiers (package capture), by result.
 	ruleSamples *prometheus.Desc
 }
@@ -73,6 +73,9 @@ func NewDropCollector(maxRuleSeries int) *DropCollector {
 		limitBans: prometheus.NewDesc("xdpdrop_limit_bans_total",
 			"Sources a limit rule banned.",
 			[]string{"interface", "rule"}, nil),
+		limitEvicted: prometheus.NewDesc("xdpdrop_limit_evictions_total",
+			"Per-source buckets a limit rule's new sources took from other sources (the table of buckets was full where they belong).",
+			[]string{"interface", "rule"}, nil),
 		ruleSamples: prometheus.NewDesc("xdpdrop_rule_samples_total",
 			"Frames that rules' sample modifiers sent to the program's ring of rule samples, by result: sent, or lost (the ring was full: no one read it in time).",
 			[]string{"interface", "result"}, nil),
@@ -95,7 +98,7 @@ func (c *DropCollector) Set(iface string, src DropCounters) {
 
 // Describe implements prometheus.Collector.
 func (c *DropCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.rulePackets, c.ruleBytes, c.rules, c.omitted, c.scrapeOK, c.limitPackets, c.limitBytes, c.limitBans, c.ruleSamples} {
+	for _, d := range []*prometheus.Desc{c.packets, c.bytes, c.rulePackets, c.ruleBytes, c.rules, c.omitted, c.scrapeOK, c.limitPackets, c.limitBytes, c.limitBans, c.limitEvicted, c.ruleSamples} {
 		ch <- d
 	}
 }
@@ -190,6 +193,7 @@ func (c *DropCollector) collectOne(ch chan<- prometheus.Metric, iface string, cs
 				ch <- prometheus.MustNewConstMetric(c.limitBytes, prometheus.CounterValue, float64(x.c.Bytes), iface, text, x.result)
 			}
 			ch <- prometheus.MustNewConstMetric(c.limitBans, prometheus.CounterValue, float64(l.Bans), iface, text)
+			ch <- prometheus.MustNewConstMetric(c.limitEvicted, prometheus.CounterValue, float64(l.Evicted), iface, text)
 		}
 	}
 }

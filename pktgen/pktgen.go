@@ -69,14 +69,16 @@ func New(opts Options) (*Generator, error) {
 	g := &Generator{}
 	// Load only what the generator uses.
 	var objs struct {
-		Prog *ebpf.Program `ebpf:"xdp_gen"`
-		Seq  *ebpf.Map     `ebpf:"gen_seq"`
+		Prog *ebpf.Program  `ebpf:"xdp_gen"`
+		Seq  *ebpf.Map      `ebpf:"gen_seq"`
+		Sent *ebpf.Variable `ebpf:"gen_sent"`
 	}
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		return nil, fmt.Errorf("pktgen: load generator: %w", err)
 	}
 	g.objs.XdpGen = objs.Prog
 	g.objs.GenSeq = objs.Seq
+	g.objs.GenSent = objs.Sent
 	return g, nil
 }
 

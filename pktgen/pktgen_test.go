@@ -193,3 +193,103 @@ func TestStatsShares(t *testing.T) {
 	require.InDelta(t, 0.75, s.IdleShare(), 1e-9)
 	require.Zero(t, pktgen.Stats{}.IdleShare(), "nothing measured")
 }
+
+// TestRunHold checks the holding run: it is there when asked for (and by
+// default when unpaced, not when paced), none of its frames reach the
+// peer (every frame that arrives is one of the exact count sent), many
+// short calls then cost no grace periods; and that a cancel or a deadline
+// interrupts the calls in progress, whose frames are still counted.
+func TestRunHold(t *testing.T) {
+	veth := testenv.NewVeth(t, testenv.VethOptions{})
+	var objs gen.BasicObjects
+	spec, err := gen.LoadBasic()
+	require.NoError(t, err)
+	require.NoError(t, spec.Variables[gen.BasicVarCountVerdict].Set(uint32(gen.BasicVerdictVERDICT_DROP)))
+	require.NoError(t, spec.LoadAndAssign(&objs, nil))
+	defer objs.Close()
+	l, err := link.AttachXDP(link.XDPOptions{Program: objs.XdpCount, Interface: veth.Index, Flags: link.XDPDriverMode})
+	require.NoError(t, err)
+	defer l.Close()
+	arrived := func() uint64 {
+		var per []gen.BasicCounter
+		require.NoError(t, objs.Verdicts.Lookup(uint32(gen.BasicVerdictVERDICT_DROP), &per))
+		var n uint64
+		for _, c := range per {
+			n += c.Packets
+		}
+		var dropped uint64
+		require.NoError(t, veth.InPeerNS(func() error {
+			l, err := netlink.LinkByName(veth.PeerName)
+			if err == nil && l.Attrs().Statistics != nil {
+				dropped = l.Attrs().Statistics.TxDropped
+			}
+			return err
+		}))
+		return n + dropped
+	}
+
+	g, err := pktgen.New(pktgen.Options{})
+	require.NoError(t, err)
+	defer g.Close()
+	f := frames.UDP4("198.18.0.2", "198.18.0.1", 1024, 9, 18)
+	run := func(ctx context.Context, o pktgen.RunOptions) (st pktgen.Stats, d time.Duration) {
+		t.Helper()
+		start := time.Now()
+		require.NoError(t, veth.InPeerNS(func() error {
+			st, err = g.Run(ctx, veth.PeerIndex, f.Bytes, o)
+			return err
+		}))
+		return st, time.Since(start)
+	}
+
+	// 100 calls of 1024 frames, held and not.
+	before := arrived()
+	held, heldTime := run(context.Background(), pktgen.RunOptions{Count: 102_400, Chunk: 1024, Hold: pktgen.HoldOn})
+	require.True(t, held.Held, "a holding run with HoldOn")
+	require.Equal(t, uint64(102_400), held.Sent)
+	require.Equal(t, 1, held.InFlight, "one sending thread beside a holding run")
+	// (a few frames the pair sends by itself may be counted too)
+	require.InDelta(t, 102_400, float64(arrived()-before), 16, "the holding run's frames never reach the peer")
+	unheld, unheldTime := run(context.Background(), pktgen.RunOptions{Count: 102_400, Chunk: 1024, Hold: pktgen.HoldOff, InFlight: 1})
+	require.False(t, unheld.Held)
+	t.Logf("100 calls of 1024 frames: %v held, %v not held", heldTime, unheldTime)
+	if unheldTime > time.Second {
+		// Grace periods are slow here (two per call not held): held,
+		// the calls wait for none.
+		require.Less(t, heldTime, unheldTime/2, "held calls must not wait for grace periods")
+	}
+
+	// Paced runs are not held by default; unpaced ones are.
+	paced, _ := run(context.Background(), pktgen.RunOptions{Count: 2000, Rate: 100_000})
+	require.False(t, paced.Held, "HoldAuto with a rate")
+	unpaced, _ := run(context.Background(), pktgen.RunOptions{Count: 2000})
+	require.True(t, unpaced.Held, "HoldAuto without a rate")
+
+	// A cancel interrupts the call in progress (the default calls last
+	// 1s; the first, of 65536 frames, far less), and the frames it sent
+	// are counted exactly: every one arrives.
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	before = arrived()
+	st, d := run(ctx, pktgen.RunOptions{Hold: pktgen.HoldOn})
+	require.True(t, st.Held)
+	require.Greater(t, st.Sent, uint64(65536), "the first call ended and the second began")
+	require.Less(t, d, 900*time.Millisecond, "a cancel must interrupt the 1s call in progress")
+	require.InDelta(t, float64(st.Sent), float64(arrived()-before), 16, "the frames of the interrupted call are counted")
+	// So does a deadline, not held, in a fixed chunk that would take
+	// seconds (fixed chunks are not cut to end at the deadline).
+	before = arrived()
+	st, d = run(context.Background(), pktgen.RunOptions{Duration: 400 * time.Millisecond, Hold: pktgen.HoldOff, InFlight: 1, Chunk: 50_000_000})
+	require.Less(t, d, 900*time.Millisecond, "the deadline must interrupt the call of 50M frames")
+	require.InDelta(t, float64(st.Sent), float64(arrived()-before), 16)
+
+	_, err = g.Run(context.Background(), veth.PeerIndex, f.Bytes, pktgen.RunOptions{Count: 1, Hold: pktgen.HoldOff + 1})
+	require.ErrorContains(t, err, "hold mode 3: want auto, on or off")
+	for _, h := range []pktgen.Hold{pktgen.HoldAuto, pktgen.HoldOn, pktgen.HoldOff} {
+		got, err := pktgen.ParseHold(h.String())
+		require.NoError(t, err)
+		require.Equal(t, h, got)
+	}
+	_, err = pktgen.ParseHold("sometimes")
+	require.ErrorContains(t, err, `hold "sometimes": want auto, on or off`)
+}

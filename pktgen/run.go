@@ -26,10 +26,10 @@ type RunOptions struct {
 	Batch    uint32        // frames per kernel batch (0 = 64)
 
 	// InFlight is how many live-frames calls Run keeps in the kernel at
-	// once, each from a thread of its own (default DefaultInFlight, at
-	// most MaxInFlight). The threads run in the caller's network
-	// namespace, all on one CPU: the calling thread's, if it may run on
-	// one only, else the one it runs on when Run starts.
+	// once, each from a thread of its own (at most MaxInFlight; default
+	// 1 with a holding run, else 2). The threads run in the caller's
+	// network namespace, all on one CPU: the calling thread's, if it may
+	// run on one only, else the one it runs on when Run starts.
 	//
 	// Why: every test run with more than one repeat adds its program to
 	// the kernel's XDP dispatcher when it starts and removes it when it
@@ -37,13 +37,24 @@ type RunOptions struct {
 	// call, 10-30 ms on a loaded VM). While another call of the same
 	// program is still running, the program stays in the dispatcher and
 	// neither wait happens: with two calls in flight, started half a
-	// call apart, the generator never sleeps.
+	// call apart, the generator never sleeps. The holding run (Hold)
+	// does the same without a second sending thread.
 	InFlight int
+	// Hold says whether a holding run keeps the program in the
+	// dispatcher (default HoldAuto: when Rate is 0). See Hold.
+	Hold Hold
 	// CallTime is how long each call should run (default
-	// DefaultCallTime): Run sizes the repeats of each call from the rate
-	// the previous ones reached. Longer calls amortize the grace periods
-	// better when a call runs alone (InFlight 1) but delay the stop on
-	// Ctrl-C or a deadline by up to one call.
+	// DefaultCallTime, or DefaultPacedCallTime with a Rate): Run sizes
+	// the repeats of each call from the rate the previous ones reached.
+	// Each call takes the kernel's dispatcher lock twice, for which it
+	// may wait while another process's test run waits for a grace
+	// period, and without a holding run a call alone waits for two
+	// grace periods itself: longer calls amortize both. A stop (the
+	// context, the deadline) does not wait for a call to end: Run
+	// interrupts the calls in progress with a signal, and counts their
+	// frames from the program's own counter. Paced, each call sends
+	// CallTime's worth of frames at once and then waits until they are
+	// due.
 	CallTime time.Duration
 	// Chunk, if set, sends exactly this many frames per call instead of
 	// sizing calls by CallTime (the fixed chunking older versions used,
@@ -58,9 +69,10 @@ type RunOptions struct {
 
 // Defaults of RunOptions.
 const (
-	DefaultInFlight = 2
-	MaxInFlight     = 16
-	DefaultCallTime = 50 * time.Millisecond
+	DefaultInFlight      = 1 // with a holding run; 2 without
+	MaxInFlight          = 16
+	DefaultCallTime      = time.Second
+	DefaultPacedCallTime = 50 * time.Millisecond
 	// MinCallTime and MaxCallTime bound CallTime: shorter calls cost more
 	// in system calls and dispatcher changes than they send, longer ones
 	// hold a stop back for too long.
@@ -89,6 +101,9 @@ type Stats struct {
 	InFlight int
 	// CPUs is how many CPUs the sending threads could run on.
 	CPUs int
+	// Held reports whether a holding run kept the program in the
+	// dispatcher (see Hold).
+	Held bool
 }
 
 // PPS is the average rate of the run in frames per second.
@@ -136,19 +151,24 @@ var ErrUnbounded = errors.New("pktgen: set a count, a duration or a cancellable 
 // Run sends frame out of ifindex until opts or ctx stop it. Like Send, it
 // must run on a thread inside the namespace that owns ifindex; the
 // threads it starts for the calls in flight join that namespace and take
-// the calling thread's CPU affinity.
+// the calling thread's CPU affinity. Stats.Sent comes from the program's
+// own count of the frames it sent, so a Generator makes one Run (or Send)
+// at a time.
 func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts RunOptions) (Stats, error) {
 	if opts.Count == 0 && opts.Duration == 0 && ctx.Done() == nil {
 		return Stats{}, ErrUnbounded
 	}
-	if opts.InFlight == 0 {
-		opts.InFlight = DefaultInFlight
+	if opts.Hold > HoldOff {
+		return Stats{}, fmt.Errorf("pktgen: hold mode %d: want auto, on or off", uint8(opts.Hold))
 	}
-	if opts.InFlight < 1 || opts.InFlight > MaxInFlight {
+	if opts.InFlight < 0 || opts.InFlight > MaxInFlight {
 		return Stats{}, fmt.Errorf("pktgen: %d calls in flight: want 1 to %d", opts.InFlight, MaxInFlight)
 	}
 	if opts.CallTime == 0 {
 		opts.CallTime = DefaultCallTime
+		if opts.Rate > 0 {
+			opts.CallTime = DefaultPacedCallTime
+		}
 	}
 	if opts.CallTime < MinCallTime || opts.CallTime > MaxCallTime {
 		return Stats{}, fmt.Errorf("pktgen: call time %v: want %v to %v", opts.CallTime, MinCallTime, MaxCallTime)
@@ -159,11 +179,26 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 	if opts.Chunk > maxChunk {
 		return Stats{}, fmt.Errorf("pktgen: chunk of %d frames: at most %d", opts.Chunk, maxChunk)
 	}
+	if len(frame) < 14 {
+		return Stats{}, errors.New("pktgen: frame shorter than an Ethernet header")
+	}
 	th, err := callerThread()
 	if err != nil {
 		return Stats{}, err
 	}
 	defer th.close()
+	var hold *holder
+	if opts.Hold == HoldOn || opts.Hold == HoldAuto && opts.Rate == 0 {
+		// Without it (a kernel or sandbox that refuses idle priority)
+		// the calls overlap instead.
+		hold, _ = g.startHold(th, ifindex, frame)
+	}
+	if opts.InFlight == 0 {
+		opts.InFlight = DefaultInFlight
+		if hold == nil {
+			opts.InFlight = 2
+		}
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -178,11 +213,11 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 		wg       sync.WaitGroup
 		errOnce  sync.Once
 		firstErr error
-		sent     atomic.Uint64
 		calls    atomic.Uint64
 		cpu      atomic.Int64
 		waited   atomic.Int64
 	)
+	sent0 := g.sentCount()
 	for i := range opts.InFlight {
 		wg.Add(1)
 		go func() {
@@ -193,7 +228,7 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 			err := th.join()
 			if err == nil {
 				var used threadTimes
-				used, err = g.worker(s, i, ifindex, frame, &sent, &calls)
+				used, err = g.worker(s, i, ifindex, frame, &calls)
 				cpu.Add(int64(used.run))
 				waited.Add(int64(used.wait))
 			}
@@ -205,9 +240,10 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
+	go s.interrupt(done)
 	stats := func() Stats {
 		return Stats{
-			Sent: sent.Load(), Elapsed: time.Since(s.start), Calls: calls.Load(),
+			Sent: g.sentCount() - sent0, Elapsed: time.Since(s.start), Calls: calls.Load(),
 			CPU: time.Duration(cpu.Load()), Runnable: time.Duration(waited.Load()),
 			InFlight: opts.InFlight, CPUs: th.cpus,
 		}
@@ -226,17 +262,25 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 		}
 	}
 	<-done
-	return stats(), firstErr
+	st := stats()
+	if hold != nil {
+		// The run's own error only means it did not hold: the frames
+		// were sent all the same.
+		st.Held = hold.stop() == nil
+	}
+	return st, firstErr
 }
 
 // worker makes calls until the schedule says stop, and returns the times
 // of its thread.
-func (g *Generator) worker(s *schedule, i, ifindex int, frame []byte, sent, calls *atomic.Uint64) (threadTimes, error) {
+func (g *Generator) worker(s *schedule, i, ifindex int, frame []byte, calls *atomic.Uint64) (threadTimes, error) {
 	t0 := readThreadTimes()
+	s.register(i)
 	// Stagger the first calls so that they end at different times: a call
 	// that ends while another still runs costs no grace period.
 	chunk := uint64(firstChunk * (s.opts.InFlight - i) / s.opts.InFlight)
 	var rate float64 // this thread's frames per second, once measured
+	fd := g.objs.XdpGen.FD()
 	for {
 		if s.opts.Chunk > 0 {
 			chunk = s.opts.Chunk
@@ -256,15 +300,28 @@ func (g *Generator) worker(s *schedule, i, ifindex int, frame []byte, sent, call
 			}
 		}
 		t := time.Now()
-		if _, err := g.Send(ifindex, frame, uint32(n), s.opts.Batch); err != nil {
-			s.unclaim(n)
-			return readThreadTimes().sub(t0), err
-		}
+		c0 := g.sentCount()
+		s.calling(i, true)
+		errno := testRunLive(fd, frame, 0, ifindex, uint32(n), s.opts.Batch)
+		s.calling(i, false)
 		d := time.Since(t)
 		s.ended(i)
-		sent.Add(n)
+		switch errno {
+		case 0:
+		case unix.EINTR:
+			// Stopped (or a stray signal): the counter says what the
+			// call sent (exactly with one thread; with several, their
+			// frames in the meantime count too).
+			if done := min(g.sentCount()-c0, n); done < n {
+				s.unclaim(n - done)
+				n = done
+			}
+		default:
+			s.unclaim(n)
+			return readThreadTimes().sub(t0), fmt.Errorf("pktgen: live-frames run on ifindex %d: %w", ifindex, errno)
+		}
 		calls.Add(1)
-		if d > 0 {
+		if d > 0 && n > 0 {
 			r := float64(n) / d.Seconds()
 			if rate == 0 {
 				rate = r
@@ -273,6 +330,13 @@ func (g *Generator) worker(s *schedule, i, ifindex int, frame []byte, sent, call
 			}
 		}
 	}
+}
+
+// sentCount reads the program's count of frames sent.
+func (g *Generator) sentCount() uint64 {
+	var n uint64
+	_ = g.objs.GenSent.Get(&n)
+	return n
 }
 
 // schedule hands out the frames of a Run to its threads.
@@ -287,6 +351,56 @@ type schedule struct {
 	// ends are when each thread's call in progress should end (zero:
 	// none in progress), to keep the ends apart.
 	ends []time.Time
+	// tids are the sending threads, inCall whether each is in a call
+	// now, for interrupt.
+	tids   []int
+	inCall []bool
+}
+
+// register records the calling (locked) thread as thread i's.
+func (s *schedule) register(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tids == nil {
+		s.tids = make([]int, s.opts.InFlight)
+		s.inCall = make([]bool, s.opts.InFlight)
+	}
+	s.tids[i] = unix.Gettid()
+}
+
+func (s *schedule) calling(i int, in bool) {
+	s.mu.Lock()
+	s.inCall[i] = in
+	s.mu.Unlock()
+}
+
+// interrupt waits for the run to be stopped (its context) and then
+// interrupts the calls in progress until done closes: the kernel checks
+// for a pending signal between batches and ends the call with EINTR.
+// SIGURG is the signal the Go runtime preempts its own threads with,
+// harmless here; it is repeated because it may come just before a thread
+// enters its call.
+func (s *schedule) interrupt(done <-chan struct{}) {
+	select {
+	case <-done:
+		return
+	case <-s.ctx.Done():
+	}
+	pid := unix.Getpid()
+	for {
+		s.mu.Lock()
+		for i, tid := range s.tids {
+			if s.inCall[i] {
+				_ = unix.Tgkill(pid, tid, unix.SIGURG)
+			}
+		}
+		s.mu.Unlock()
+		select {
+		case <-done:
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 // claim returns how many frames thread i's next call sends (about want),

@@ -32,13 +32,23 @@ ip -n "$ns" link set "$peer" up
 "$XDPDROP" drop --iface "$host" --deny 198.18.0.0/15 --mode driver >/dev/null
 
 # name and gen flags of each variant
+# (VARIANTS="name|flags;name|flags..." replaces the list)
 set -- \
 	"default|" \
-	"2 in flight, runs of 250ms|--in-flight 2 --call-time 250ms" \
-	"3 in flight, runs of 50ms|--in-flight 3 --call-time 50ms" \
-	"1 in flight, runs of 1s|--in-flight 1 --call-time 1s" \
-	"fixed 65536 per run, 1 in flight (before)|--in-flight 1 --chunk 65536" \
-	"fixed 4194304 per run, 1 in flight (best)|--in-flight 1 --chunk 4194304"
+	"held, runs of 250ms|--hold on --call-time 250ms" \
+	"held, runs of 1s|--hold on --call-time 1s" \
+	"not held, 2 in flight, runs of 50ms|--hold off --in-flight 2 --call-time 50ms" \
+	"not held, 1 in flight, runs of 1s|--hold off --in-flight 1 --call-time 1s" \
+	"fixed 65536 per run, 1 in flight (old)|--hold off --in-flight 1 --chunk 65536" \
+	"fixed 1048576 per run, 1 in flight|--hold off --in-flight 1 --chunk 1048576" \
+	"fixed 4194304 per run, 1 in flight|--hold off --in-flight 1 --chunk 4194304" \
+	"fixed 16777216 per run, 1 in flight|--hold off --in-flight 1 --chunk 16777216"
+if [ -n "${VARIANTS:-}" ]; then
+	IFS=';'
+	# shellcheck disable=SC2086
+	set -- $VARIANTS
+	unset IFS
+fi
 if [ -n "${OTHER:-}" ]; then
 	set -- "$@" "default of $OTHER|"
 fi
@@ -52,7 +62,7 @@ while [ "$r" -le "$ROUNDS" ]; do
 		taskset -c 0 "$bin" gen --netns "$ns" --iface "$peer" --batch 256 \
 			--duration "${SECS}s" --quiet --json $flags |
 			jq -r --arg r "$r" --arg n "$name" \
-				'"\($r)\t\($n)\t\(.pps / 1e6 * 100 | round / 100) Mpps\tran \(.busy_pct | round)%\tslept \(.idle_pct // 0 | round)%\truns \(.calls)"' 
+				'"\($r)\t\($n)\t\(.pps / 1e6 * 100 | round / 100) Mpps\tran \(.busy_pct | round)%\tslept \(.idle_pct // 0 | round)%\truns \(.calls)\(if .held then "\theld" else "" end)"' 
 	done
 	r=$((r + 1))
 done

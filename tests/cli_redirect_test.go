@@ -218,7 +218,7 @@ func TestCLIRedirectBadInput(t *testing.T) {
 		{"redirect udp dport 53\ndrop ether arp queue 3\n", `test.rules:2: "drop ether arp queue 3": queue 3 has no socket of this command (--queues 0): add it to --queues`},
 		{"redirect udp dport 53 queue 0-1\n", `test.rules:1: "redirect udp dport 53 queue 0-1": queue 1 has no socket of this command (--queues 0)`},
 		{"redirect udp queue 300\n", `test.rules:1: queue 300: 300 is not an rx queue 0-255 (want an rx queue 0-255, a range like 0-3, a comparison like >=4, a list like 0,2 or a negated list like !0,2)`},
-		{"redirect udp queue 3-1\n", "test.rules:1: queue 3-1: range is empty"},
+		{"redirect udp queue 3-1\n", "test.rules:1: queue 3-1: range 3-1 is empty (write the lower value first: 1-3)"},
 		{"redirect udp dport 53\nmalformed drop\n", "'malformed drop' is the interface's verdict, not a redirect filter's: set it with 'xdpdrop drop --iface IF --malformed drop'"},
 	} {
 		bad := writeRules(t, tc.rules)

@@ -100,7 +100,8 @@ func TestCLIUsageErrors(t *testing.T) {
 		{[]string{"gen", "--iface", "x", "--flows", "70000"}, "--flows 70000: want 1 to 65536"},
 		{[]string{"gen", "--iface", "x", "--src", "1.2.3.4", "--dst", "::1"}, "use two IPv4 or two IPv6 addresses"},
 		{[]string{"gen", "--iface", "x", "--bogus"}, "unknown flag: --bogus"},
-		{[]string{"gen", "--iface", "x", "--in-flight", "0"}, "--in-flight 0: want 1 to 16"},
+		{[]string{"gen", "--iface", "x", "--in-flight", "-1"}, "--in-flight -1: want 0 to 16"},
+		{[]string{"gen", "--iface", "x", "--hold", "sometimes"}, `--hold "sometimes": want auto, on or off`},
 		{[]string{"gen", "--iface", "x", "--chunk", "5000000000"}, "--chunk 5000000000: want at most 4294967295 frames"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -134,8 +135,10 @@ func TestCLIGen(t *testing.T) {
 		Size      int     `json:"frame_bytes"`
 		Flows     uint32  `json:"flows"`
 		PPS       float64 `json:"pps"`
+		Held      bool    `json:"held"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &sum), r.stdout)
+	require.True(t, sum.Held, "unpaced, gen keeps a holding run by default")
 	require.Equal(t, veth.PeerName, sum.Interface)
 	require.Equal(t, uint64(50000), sum.Frames)
 	require.Equal(t, 128, sum.Size)
@@ -144,6 +147,9 @@ func TestCLIGen(t *testing.T) {
 
 	got := sumVerdict(t, objs.Verdicts, gen.BasicVerdictVERDICT_DROP)
 	require.GreaterOrEqual(t, got.Packets, uint64(50000))
+	// (a few frames the pair sends by itself may be counted too; the
+	// holding run's never arrive)
+	require.LessOrEqual(t, got.Packets, uint64(50000+16))
 	require.GreaterOrEqual(t, got.Bytes, uint64(50000*128))
 }
 

@@ -19,16 +19,16 @@ var errLimit = errors.New("frame limit reached")
 
 // RxDrop receives frames and gives them straight back to the fill ring:
 // the receive-side ceiling of the socket. It returns nil when ctx is done,
-// the socket is closed or opts.Frames frames were received.
+// the socket is closed or opts.Frames frames were received (the last batch
+// may take it past that).
+//
+// It is Run's loop (waits, wake-ups, stop) without the handler: each
+// batch's RX descriptors go back to the fill ring as they are, as in
+// xdpsock's rxdrop, instead of becoming Frames that are then released
+// one by one, which about halved the user-space loop's time per frame in
+// poll mode's profile (docs/BENCHMARKS.md, "Poll mode: CPU per frame").
 func RxDrop(ctx context.Context, s *Socket, opts ModeOptions) error {
-	var n uint64
-	err := s.Run(ctx, func(frames []Frame, _ []Verdict) error {
-		n += uint64(len(frames))
-		if opts.Frames > 0 && n >= opts.Frames {
-			return errLimit
-		}
-		return nil
-	})
+	err := s.run(ctx, nil, opts.Frames)
 	if errors.Is(err, errLimit) {
 		return nil
 	}

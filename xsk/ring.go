@@ -11,10 +11,10 @@ import (
 // and completion rings and descriptors (unix.XDPDesc) for RX and TX.
 //
 // For each ring one side produces and the other consumes. Whichever side we
-// are, we publish our own index with an atomic store only after the entries
-// are written (producer) or read (consumer), and load the kernel's index
-// with an atomic load before touching the entries it covers; Go's atomics
-// are at least acquire/release, which is what the kernel's side pairs with
+// are, we publish our own index with a release store (storeRelease) only
+// after the entries are written (producer) or read (consumer), and load the
+// kernel's index with an atomic load (at least acquire) before touching the
+// entries it covers, which is what the kernel's side pairs with
 // (smp_load_acquire/smp_store_release in net/xdp/xsk_queue.h).
 //
 // The kernel's index is cached and reloaded only when the cache cannot
@@ -92,7 +92,7 @@ func (r *ring[T]) at(i uint32) *T { return &r.entries[i&r.mask] }
 // must already be written: the atomic store orders them before the index.
 func (r *ring[T]) submit(n uint32) {
 	r.prod += n
-	atomic.StoreUint32(r.producer, r.prod)
+	storeRelease(r.producer, r.prod)
 }
 
 // needWakeup reports whether the kernel asked to be woken for this ring.
@@ -120,7 +120,7 @@ func (r *ring[T]) avail(want uint32) uint32 {
 // been copied out first: the store orders those reads before the index.
 func (r *ring[T]) release(n uint32) {
 	r.cons += n
-	atomic.StoreUint32(r.consumer, r.cons)
+	storeRelease(r.consumer, r.cons)
 }
 
 // --- inspection (accounting, debug checks) ---

@@ -48,6 +48,16 @@ const txRetries = 1000
 // Run occupies the calling goroutine, which becomes the goroutine driving
 // the socket: the handler may call the socket's methods.
 func (s *Socket) Run(ctx context.Context, h Handler) error {
+	if h == nil {
+		return fmt.Errorf("xsk: receive on ifindex %d queue %d: no handler: %w", s.ifindex, s.queue, ErrInvalidOptions)
+	}
+	return s.run(ctx, h, 0)
+}
+
+// run is Run; with a nil handler it recycles every frame it receives
+// straight to the fill ring (RxDrop) and stops, returning errLimit, once
+// it has taken limit frames (0: no limit).
+func (s *Socket) run(ctx context.Context, h Handler, limit uint64) error {
 	if !s.runMu.TryLock() {
 		return fmt.Errorf("xsk: receive on ifindex %d queue %d: %w", s.ifindex, s.queue, errRunning)
 	}
@@ -69,6 +79,7 @@ func (s *Socket) Run(ctx context.Context, h Handler) error {
 
 	frames, verdicts := s.rxBuf, s.verdicts
 	var spinStart time.Time
+	var taken uint64
 	for !stop.Load() && !s.closing.Load() {
 		if s.txInFlight > 0 {
 			if _, err := s.Complete(); err != nil {
@@ -80,7 +91,13 @@ func (s *Socket) Run(ctx context.Context, h Handler) error {
 				return err
 			}
 		}
-		n, err := s.Receive(frames)
+		var n int
+		var err error
+		if h == nil {
+			n, err = s.recycle(uint32(len(frames)))
+		} else {
+			n, err = s.Receive(frames)
+		}
 		if err != nil {
 			return err
 		}
@@ -91,6 +108,12 @@ func (s *Socket) Run(ctx context.Context, h Handler) error {
 			continue
 		}
 		spinStart = time.Time{}
+		if h == nil {
+			if taken += uint64(n); limit > 0 && taken >= limit {
+				return errLimit
+			}
+			continue
+		}
 		clear(verdicts[:n])
 		herr := h(frames[:n], verdicts[:n])
 		if err := s.dispatch(frames[:n], verdicts[:n], &stop); err != nil {

@@ -18,9 +18,9 @@ func TestNumericFlagsRefused(t *testing.T) {
 		{[]string{"stats", "--top", "-20", "--watch"}, "xdpdrop: --top -20: want 0 (all rules) or more\n"},
 		{[]string{"exporter", "--metrics", "127.0.0.1:0", "--max-rule-series", "-5"}, "xdpdrop: --max-rule-series -5: want 1 or more\n"},
 		{[]string{"exporter", "--metrics", "127.0.0.1:0", "--max-rule-series", "0"}, "xdpdrop: --max-rule-series 0: want 1 or more\n"},
-		{[]string{"gen", "--iface", "x", "--call-time", "500us"}, "xdpdrop: --call-time 500µs: want 1ms to 10s\n"},
-		{[]string{"gen", "--iface", "x", "--call-time", "11s"}, "xdpdrop: --call-time 11s: want 1ms to 10s\n"},
-		{[]string{"gen", "--iface", "x", "--call-time", "0s"}, "xdpdrop: --call-time 0s: want 1ms to 10s\n"},
+		{[]string{"gen", "--iface", "x", "--call-time", "500us"}, "xdpdrop: --call-time 500µs: want 1ms to 10s, or 0 for the default\n"},
+		{[]string{"gen", "--iface", "x", "--call-time", "11s"}, "xdpdrop: --call-time 11s: want 1ms to 10s, or 0 for the default\n"},
+		{[]string{"gen", "--iface", "x", "--call-time", "-1s"}, "xdpdrop: --call-time -1s: want 1ms to 10s, or 0 for the default\n"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer

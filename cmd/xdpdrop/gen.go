@@ -33,6 +33,7 @@ type genFlags struct {
 	duration         time.Duration
 	batch            uint32
 	inFlight         int
+	hold             string
 	chunk            uint64
 	callTime         time.Duration
 	jsonOut, quietly bool
@@ -59,6 +60,9 @@ type genSummary struct {
 	// CPU: they slept in the kernel (a lower bound with several threads
 	// on one CPU).
 	IdlePct float64 `json:"idle_pct,omitempty"`
+	// Held: a holding run kept the program in the kernel's XDP
+	// dispatcher (--hold).
+	Held bool `json:"held,omitempty"`
 }
 
 func (a *app) genCmd() *cobra.Command {
@@ -73,15 +77,22 @@ veth peer, far above what socket-based senders manage. The frames vary over
 It stops after --count frames or --duration, or on Ctrl-C.
 
 Each test run with more than one repeat adds the program to the kernel's
-XDP dispatcher and removes it at the end, and both changes wait for an RCU
-grace period (10-30 ms on a loaded VM): a run of 65536 frames alone sleeps
-most of the time. gen keeps --in-flight runs of the same program in the
-kernel at once, started apart, so that one is always running and the
-program never leaves the dispatcher; each run is sized to take about 50ms
-(--chunk fixes the size instead). The runs' threads share one CPU, the one
-gen starts on (choose it with taskset), as a single sender would. The summary says how busy
-they kept their CPUs: well under 100% means the generator, not the
-receiver, set the rate.
+XDP dispatcher and removes it at the end, unless another run of the same
+program is in progress, and both changes wait for an RCU grace period
+(10-30 ms on a loaded VM): a run of 65536 frames alone sleeps most of the
+time. So gen keeps one more run of the program in progress while it sends
+(--hold): a holding run at idle scheduling priority that sends nothing and
+runs only when nothing else wants the CPU. Then no sending run waits for a
+grace period, and each is sized to take about a second (--call-time;
+--chunk fixes the size instead): each run also takes the dispatcher's lock,
+for which it may wait while another process's test run waits for a grace
+period. Ctrl-C and --duration interrupt the runs in progress, and the
+program counts what they sent. Without a holding run (--hold off, or paced
+with --rate), gen keeps two sending runs in flight, started apart
+(--in-flight); paced, each run sends 50ms worth at once. All of gen's threads share one CPU, the one gen starts
+on (choose it with taskset), as a single sender would. The summary says
+how busy the sending threads kept it: well under 100% means the
+generator, not the receiver, set the rate.
 
 --engine xsk sends through an AF_XDP socket instead (the txonly loop of
 package xsk, on queue 0 of the interface, zero-copy where the driver has
@@ -117,11 +128,13 @@ the peer; on a NIC, they leave on the wire.`,
 	fl.Uint64Var(&f.count, "count", 0, "frames to send (0: no limit)")
 	fl.DurationVar(&f.duration, "duration", 0, "how long to send (0: no limit)")
 	fl.Uint32Var(&f.batch, "batch", 64, "frames per kernel batch, 1 to 256")
-	fl.IntVar(&f.inFlight, "in-flight", pktgen.DefaultInFlight, fmt.Sprintf("live: test runs in the kernel at once, each from a thread of its own, 1 to %d "+
-		"(one alone waits for two RCU grace periods per run; two overlapping runs never do)", pktgen.MaxInFlight))
-	fl.DurationVar(&f.callTime, "call-time", pktgen.DefaultCallTime, fmt.Sprintf("live: how long each test run should take, %v to %v; "+
-		"the frames per run are sized from the rate the previous runs reached (longer runs amortize the grace periods of runs that do not overlap, "+
-		"but a stop on Ctrl-C may wait for one)", pktgen.MinCallTime, pktgen.MaxCallTime))
+	fl.IntVar(&f.inFlight, "in-flight", 0, fmt.Sprintf("live: sending test runs in the kernel at once, each from a thread of its own, 1 to %d, "+
+		"or 0: 1 with a holding run, else 2 (one alone waits for two RCU grace periods per run; two overlapping runs never do)", pktgen.MaxInFlight))
+	fl.StringVar(&f.hold, "hold", "auto", "live: keep the program in the kernel's XDP dispatcher with a holding run at idle priority, so that no sending run waits for a grace period: "+
+		"on, off, or auto (on unless paced with --rate, whose idle time it would fill)")
+	fl.DurationVar(&f.callTime, "call-time", 0, fmt.Sprintf("live: how long each test run should take, %v to %v, or 0: %v (%v with --rate, which sends that much at once); "+
+		"the frames per run are sized from the rate the previous runs reached (longer runs take the kernel's dispatcher lock less often, "+
+		"and amortize the grace periods of runs that do not overlap)", pktgen.MinCallTime, pktgen.MaxCallTime, pktgen.DefaultCallTime, pktgen.DefaultPacedCallTime))
 	fl.Uint64Var(&f.chunk, "chunk", 0, "live: frames per test run (0: sized by --call-time)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the summary as JSON")
 	fl.BoolVar(&f.quietly, "quiet", false, "no live rate display")
@@ -143,11 +156,15 @@ func (a *app) gen(cmd *cobra.Command, f *genFlags) error {
 	default:
 		return usagef("--engine %q: want live or xsk", f.engine)
 	}
-	if f.inFlight < 1 || f.inFlight > pktgen.MaxInFlight {
-		return usagef("--in-flight %d: want 1 to %d", f.inFlight, pktgen.MaxInFlight)
+	if f.inFlight < 0 || f.inFlight > pktgen.MaxInFlight {
+		return usagef("--in-flight %d: want 0 to %d", f.inFlight, pktgen.MaxInFlight)
 	}
-	if f.callTime < pktgen.MinCallTime || f.callTime > pktgen.MaxCallTime {
-		return usagef("--call-time %v: want %v to %v", f.callTime, pktgen.MinCallTime, pktgen.MaxCallTime)
+	hold, err := pktgen.ParseHold(f.hold)
+	if err != nil {
+		return usagef("--hold %q: want auto, on or off", f.hold)
+	}
+	if f.callTime != 0 && (f.callTime < pktgen.MinCallTime || f.callTime > pktgen.MaxCallTime) {
+		return usagef("--call-time %v: want %v to %v, or 0 for the default", f.callTime, pktgen.MinCallTime, pktgen.MaxCallTime)
 	}
 	if f.chunk > math.MaxUint32 {
 		return usagef("--chunk %d: want at most %d frames", f.chunk, uint64(math.MaxUint32))
@@ -195,7 +212,7 @@ func (a *app) gen(cmd *cobra.Command, f *genFlags) error {
 		}
 		defer g.Close()
 		ro := pktgen.RunOptions{Count: f.count, Duration: f.duration, Rate: f.rate, Batch: f.batch,
-			InFlight: f.inFlight, Chunk: f.chunk, CallTime: f.callTime}
+			InFlight: f.inFlight, Hold: hold, Chunk: f.chunk, CallTime: f.callTime}
 		if !f.quietly && !f.jsonOut {
 			ro.Progress = func(s pktgen.Stats) {
 				fmt.Fprintf(a.stderr, "%8.1fs  %12d frames  %s\n", s.Elapsed.Seconds(), s.Sent, rate(s.PPS()))
@@ -206,7 +223,7 @@ func (a *app) gen(cmd *cobra.Command, f *genFlags) error {
 			Interface: f.iface, Engine: "live-frames", Proto: f.proto, Size: len(fr.Bytes),
 			Flows: opts.Flows, Frames: st.Sent, Seconds: st.Elapsed.Seconds(), PPS: st.PPS(),
 			Calls: st.Calls, InFlight: st.InFlight, CPUSecs: st.CPU.Seconds(), BusyPct: st.BusyShare() * 100,
-			IdlePct: st.IdleShare() * 100,
+			IdlePct: st.IdleShare() * 100, Held: st.Held,
 		}
 		return err
 	}
@@ -229,8 +246,12 @@ func (a *app) gen(cmd *cobra.Command, f *genFlags) error {
 	fmt.Fprintf(a.stdout, "sent %d frames of %d bytes in %.2fs: %s, %s\n",
 		sum.Frames, sum.Size, sum.Seconds, rate(sum.PPS), bitRate(sum.PPS*float64(sum.Size)))
 	if sum.Calls > 0 {
-		fmt.Fprintf(a.stdout, "%d test runs, %d in flight; the sending threads ran %.0f%% of the time (%.2fs CPU) and slept %.0f%%\n",
-			sum.Calls, sum.InFlight, sum.BusyPct, sum.CPUSecs, sum.IdlePct)
+		held := ""
+		if sum.Held {
+			held = " and a holding run"
+		}
+		fmt.Fprintf(a.stdout, "%d test runs, %d in flight%s; the sending threads ran %.0f%% of the time (%.2fs CPU) and slept %.0f%%\n",
+			sum.Calls, sum.InFlight, held, sum.BusyPct, sum.CPUSecs, sum.IdlePct)
 	}
 	return nil
 }
