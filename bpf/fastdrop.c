@@ -8,11 +8,14 @@
  * lpmtrie.c, an object of its own. */
 #include "fastdrop.h"
 
-/* fd_run is the drop program; with trace (a constant: two programs are
- * made of it) it also prepends a struct fd_trace_rec to the frame, so a
- * test run learns which stage and rule decided. The program that runs on
- * interfaces has none of that: no branch, and no register kept for it. */
-static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
+/* fd_frame evaluates a frame against half half of m, counts it and returns
+ * its verdict; with trace (a constant: two programs are made of it) it
+ * also prepends a struct fd_trace_rec to the frame, so a test run learns
+ * which stage and rule decided. The program that runs on interfaces has
+ * none of that: no branch, and no register kept for it. full (a constant)
+ * 0 is the plain path: see fd_run. */
+static __always_inline int fd_frame(struct xdp_md *ctx, struct fd_main *m, __u32 half,
+				    const int trace, const int full)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -20,37 +23,25 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 	 * when the frame may go on past it (a jumbo frame comes in several
 	 * buffers, xdp.frags, and data_end ends the first). */
 	__u32 bytes = data_end - data;
-	__u32 zero = 0, half, verdict;
+	__u32 verdict;
 	struct xdp_md *volatile ctx_slot = ctx;
 	const struct fd_half *volatile h_slot;
 	struct fd_main *volatile m_slot;
-	struct fd_main *m;
 	struct fd_result r;
 
-	m = bpf_map_lookup_elem(&fd_main, &zero);
-	if (!m)
-		return XDP_ABORTED;
-	/* Read once: every table below comes from this half. This is the
-	 * load that pairs with user space's release store of active (the
-	 * engine's activeWord): a READ_ONCE, because clang-19 cannot emit
-	 * BPF's load-acquire (LLVM 21, Linux 6.15). It is enough: the JIT
-	 * makes it a plain load, which x86 orders before later loads, and
-	 * every later load of the half is at an address computed from it,
-	 * which arm64 and the other weakly ordered CPUs the JITs serve order
-	 * too (as rcu_dereference relies on). */
-	half = *(volatile __u32 *)&m->state.active & 1;
 	h_slot = &m->half[half];
 	m_slot = m;
 
-	r = fd_match(&m->half[half], ctx, &bytes);
+	r = fd_match(&m->half[half], ctx, &bytes, full);
 	if (bytes & PARSE_LEN_CHECK)
 		fd_check_len(&ctx_slot, &h_slot, &bytes, &r);
 	/* One counter per frame: its slot's action gives the verdict. */
 	fd_count(fd_val_slot(r.val), bytes);
 	verdict = fd_xdp_verdict(ctx_slot, fd_val_action(r.val), bytes);
 
-	/* Captures (capture.h): with none running, this test is all. */
-	if (!trace) {
+	/* Captures (capture.h): only on the full path, which every frame
+	 * takes while one runs. */
+	if (!trace && full) {
 		const struct fd_main *mm = m_slot;
 		__u32 active = *(volatile __u32 *)&mm->cap_active;
 
@@ -74,6 +65,41 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 		t->val = r.val;
 	}
 	return verdict;
+}
+
+/* fd_run is the drop program, with trace as for fd_frame. A frame takes
+ * the plain path, which has no code for the features of fd_conf.features
+ * (the FlowSpec fields, limits, bans, late rules) nor the capture hook,
+ * unless the rule set in force uses one of them or a capture runs
+ * (fd_main.cap_active; the trace program has no hook and does not look at
+ * it). The choice costs every frame two reads in cache lines it reads
+ * anyway and one predictable branch, where the features' own tests, each
+ * paid by every frame before any was used, cost 4-12 ns per frame on this
+ * machine (docs/BENCHMARKS.md, issue 14). Both paths are the same code
+ * (fd_frame), compiled twice. */
+static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
+{
+	__u32 zero = 0, half, use;
+	struct fd_main *m;
+
+	m = bpf_map_lookup_elem(&fd_main, &zero);
+	if (!m)
+		return XDP_ABORTED;
+	/* Read once: every table below comes from this half. This is the
+	 * load that pairs with user space's release store of active (the
+	 * engine's activeWord): a READ_ONCE, because clang-19 cannot emit
+	 * BPF's load-acquire (LLVM 21, Linux 6.15). It is enough: the JIT
+	 * makes it a plain load, which x86 orders before later loads, and
+	 * every later load of the half is at an address computed from it,
+	 * which arm64 and the other weakly ordered CPUs the JITs serve order
+	 * too (as rcu_dereference relies on). */
+	half = *(volatile __u32 *)&m->state.active & 1;
+	use = m->half[half].conf.features;
+	if (!trace)
+		use |= *(volatile __u32 *)&m->cap_active;
+	if (use)
+		return fd_frame(ctx, m, half, trace, 1);
+	return fd_frame(ctx, m, half, trace, 0);
 }
 
 /* xdp.frags: loaded with BPF_F_XDP_HAS_FRAGS, so the kernel lets it run on

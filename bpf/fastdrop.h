@@ -128,7 +128,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 17,
+	FD_LAYOUT_VERSION = 18,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
@@ -250,6 +250,24 @@ enum fd_layout {
 	FD_V4_SPARSE_MAX = 11, /* host routes in a sparse group */
 	FD_V4_SPARSE_SIZE = 64, /* struct fd_v4_sparse */
 
+	/* fd_conf.features: what of the rule set in force needs more than
+	 * the plain path (fd_run): compound rules that use a field beyond
+	 * FD_FLD_PLAIN, limit rules, bans to look up, late rules while there
+	 * are prefix rules (without, a late rule is judged as any other). With none
+	 * of them and no capture (fd_main.cap_active 0), a frame takes the
+	 * plain path, which has no code for any of them: one test of
+	 * (features | cap_active) is all they cost a frame that needs none
+	 * (measured A/B, docs/BENCHMARKS.md, issues 14, 16 and 20). */
+	FD_FEAT_FIELDS = 1 << 0,
+	FD_FEAT_LIMIT = 1 << 1,
+	FD_FEAT_BANS = 1 << 2,
+	FD_FEAT_LATE = 1 << 3,
+	/* The fields the plain path reads: those of the first matcher (see
+	 * enum fd_field); any other one a rule uses sets FD_FEAT_FIELDS. */
+	FD_FLD_PLAIN = (1 << FD_FLD_ETHER) | (1 << FD_FLD_PROTO) | (1 << FD_FLD_SPORT) |
+		       (1 << FD_FLD_DPORT) | (1 << FD_FLD_SRC4) | (1 << FD_FLD_DST4) |
+		       (1 << FD_FLD_SRC6) | (1 << FD_FLD_DST6),
+
 	/* Byte offsets in struct fd_main (the value of fd_main): the state,
 	 * the stamp, then the halves, each its fd_conf, its compound
 	 * tables and its tbl24 (struct fd_half, FD_HALF_SIZE bytes). */
@@ -361,6 +379,7 @@ struct fd_conf {
 	__u32 v6_shift;      /* 64 - log2(entries in use) */
 	__u32 v6_default;    /* val of a ::/0 prefix rule, 0 if none */
 	__u32 half;          /* which half this is: the key of its tables */
+	__u32 features;      /* FD_FEAT_*: 0 lets a frame take the plain path */
 	__u64 v6_seed;
 	/* Binary search tree over the distinct IPv6 prefix lengths: node n
 	 * has children 2n and 2n+1, 0 = no node; node 0 is unused. */
@@ -1097,16 +1116,18 @@ static __always_inline __u32 fd_front_proto(const struct fd_pkt *p)
  * class read and one bitmap instead of four (256 rules, measured A/B: the
  * worst frame 4.5-5.0x -> 3.6-3.7x bare, TCP to 443 3.1-3.3x ->
  * 2.2-2.4x). Inlined: as a global function it took p by pointer, which
- * kept the frame's fields in memory on every packet's path. */
+ * kept the frame's fields in memory on every packet's path. Only the fields
+ * in mask are looked at: the plain path (fd_run) passes FD_FLD_PLAIN, a
+ * constant, so its copy has no step for any other field. */
 static __always_inline int fd_compound(const struct fd_conf *c, const struct fd_cls_half *t,
-				       const struct fd_pkt *p)
+				       const struct fd_pkt *p, __u32 mask)
 {
 	struct fd_bm acc;
 	__u32 fields, cls;
 
 	if (!c || !t || !p)
 		return -1;
-	fields = c->fields;
+	fields = c->fields & mask;
 	if (!p->family) {
 		/* Not IP: only the EtherType and the queue. */
 		acc = c->kind[0];
@@ -1186,14 +1207,14 @@ _Static_assert((FD_FLD4_AFTER & FD_FLD4_ALL) == FD_FLD4_ALL, "the fast path's fi
  * of p's kind cost nothing. It returns fd_ctz_hash of the first matching
  * rule's bit (fd_conf.crule_h holds the rules' vals by it), or -1. */
 static __always_inline int fd_compound64(const struct fd_conf *c, const struct fd_cls_half *t,
-					 const struct fd_pkt *p)
+					 const struct fd_pkt *p, __u32 mask)
 {
 	__u32 fields;
 	__u64 acc;
 
 	if (!c || !t || !p)
 		return -1;
-	fields = c->fields;
+	fields = c->fields & mask;
 	if (p->has_ports) {
 		acc = t->b64[FD_B64_PORTS + fd_front_ports(p)];
 	} else if (p->family) {
@@ -1639,8 +1660,9 @@ static __always_inline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __
 /* ---- the whole evaluation ---- */
 
 /* fd_ports reads the ports of a first TCP or UDP fragment at pos and adds
- * them to p; -1 if the header is cut short. */
-static __always_inline int fd_ports(struct fd_pkt *p, void *pos, void *data_end)
+ * them to p, with full also the TCP flags; -1 if the header is cut
+ * short. */
+static __always_inline int fd_ports(struct fd_pkt *p, void *pos, void *data_end, const int full)
 {
 	__u32 need = p->proto == IPPROTO_TCP ? 20 : 8;
 	__u32 ports;
@@ -1652,7 +1674,7 @@ static __always_inline int fd_ports(struct fd_pkt *p, void *pos, void *data_end)
 	/* Both ports in one load: sport in the high half. */
 	ports = bpf_ntohl(*(__u32 *)pos);
 	p->tcpflags = 0;
-	if (p->proto == IPPROTO_TCP) {
+	if (full && p->proto == IPPROTO_TCP) {
 		if (pos + 20 > data_end)
 			return -1;
 		p->tcpflags = ((__u8 *)pos)[13];
@@ -1665,12 +1687,14 @@ static __always_inline int fd_ports(struct fd_pkt *p, void *pos, void *data_end)
 }
 
 /* fd_icmp reads the type and code of a first ICMP or ICMPv6 fragment at
- * pos and adds them to p; -1 if its first 4 bytes (type, code, checksum)
- * are cut short. */
-static __always_inline int fd_icmp(struct fd_pkt *p, void *pos, void *data_end)
+ * pos and adds them to p (with full: the plain path reads neither); -1 if
+ * its first 4 bytes (type, code, checksum) are cut short. */
+static __always_inline int fd_icmp(struct fd_pkt *p, void *pos, void *data_end, const int full)
 {
 	if (pos + 4 > data_end)
 		return -1;
+	if (!full)
+		return 0;
 	p->icmp_type = ((__u8 *)pos)[0];
 	p->icmp_code = ((__u8 *)pos)[1];
 	return 0;
@@ -1710,9 +1734,15 @@ static __always_inline struct fd_result fd_malformed(__u32 *len, fd_decide_fn de
  * that may go on past it (non-IP and malformed frames, and IP frames whose
  * length field reaches past it) it goes out with PARSE_LEN_CHECK set:
  * the caller then reads the whole length (fd_check_len). An IP frame that
- * ends in its first buffer needs no helper call. */
+ * ends in its first buffer needs no helper call.
+ *
+ * full (a constant) 0 is the plain path's parser (fd_run): it sets only the
+ * fields of FD_FLD_PLAIN and what the frame's kind needs, and leaves the
+ * others 0; its decide must read no other. Which frames are malformed does
+ * not depend on it. */
 static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 *len,
-						      fd_decide_fn decide, const void *arg)
+						      fd_decide_fn decide, const void *arg,
+						      const int full)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -1733,7 +1763,9 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	p.tcpflags = 0;
 	p.icmp_type = 0;
 	p.icmp_code = 0;
-	p.queue = ctx->rx_queue_index < FD_QUEUES ? ctx->rx_queue_index : FD_QUEUES;
+	p.queue = 0;
+	if (full)
+		p.queue = ctx->rx_queue_index < FD_QUEUES ? ctx->rx_queue_index : FD_QUEUES;
 
 	if (et == ETH_P_IP) {
 		struct iphdr *iph;
@@ -1743,14 +1775,21 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 			return fd_malformed(len, decide, arg);
 		p.family = 4;
 		p.proto = proto;
-		p.ttl = iph->ttl;
-		p.dscp = iph->tos >> 2;
-		p.pktlen = bpf_ntohs(iph->tot_len);
+		p.ttl = 0;
+		p.dscp = 0;
+		p.pktlen = 0;
+		p.fragbits = 0;
 		p.flowlabel = 0;
+		if (full) {
+			p.ttl = iph->ttl;
+			p.dscp = iph->tos >> 2;
+			p.pktlen = bpf_ntohs(iph->tot_len);
+			p.fragbits = frag_bits(bpf_ntohs(iph->frag_off) & 0x1fff,
+					       iph->frag_off & bpf_htons(0x2000)) |
+				     (iph->frag_off & bpf_htons(0x4000) ? PARSE_FRAG_DF : 0);
+		}
 		p.src4 = bpf_ntohl(iph->saddr);
 		p.dst4 = bpf_ntohl(iph->daddr);
-		p.fragbits = frag_bits(bpf_ntohs(iph->frag_off) & 0x1fff, iph->frag_off & bpf_htons(0x2000)) |
-			     (iph->frag_off & bpf_htons(0x4000) ? PARSE_FRAG_DF : 0);
 		if (iph->frag_off & bpf_htons(0x1fff)) {
 			p.nonfirst = 1;
 			p.kind = 4 | 2;
@@ -1758,12 +1797,12 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		}
 		p.kind = 4;
 		if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) {
-			if (fd_ports(&p, nh.pos, data_end) < 0)
+			if (fd_ports(&p, nh.pos, data_end, full) < 0)
 				return fd_malformed(len, decide, arg);
 			return decide(arg, &p);
 		}
 		if ((proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6) &&
-		    fd_icmp(&p, nh.pos, data_end) < 0)
+		    fd_icmp(&p, nh.pos, data_end, full) < 0)
 			return fd_malformed(len, decide, arg);
 		return decide(arg, &p);
 	}
@@ -1774,13 +1813,19 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		proto = parse_ip6hdr(&nh, data_end, &ip6h);
 		if (proto < 0)
 			return fd_malformed(len, decide, arg);
-		p.ttl = ip6h->hop_limit;
-		p.pktlen = 40 + (__u32)bpf_ntohs(ip6h->payload_len);
-		/* Traffic class: the 8 bits after the version; then the
-		 * flow label. */
-		vtf = bpf_ntohl(*(__be32 *)ip6h);
-		p.dscp = (vtf >> 22) & 0x3f;
-		p.flowlabel = vtf & 0xfffff;
+		p.ttl = 0;
+		p.pktlen = 0;
+		p.dscp = 0;
+		p.flowlabel = 0;
+		if (full) {
+			p.ttl = ip6h->hop_limit;
+			p.pktlen = 40 + (__u32)bpf_ntohs(ip6h->payload_len);
+			/* Traffic class: the 8 bits after the version; then the
+			 * flow label. */
+			vtf = bpf_ntohl(*(__be32 *)ip6h);
+			p.dscp = (vtf >> 22) & 0x3f;
+			p.flowlabel = vtf & 0xfffff;
+		}
 		__builtin_memcpy(p.src6, &ip6h->saddr, 16);
 		__builtin_memcpy(p.dst6, &ip6h->daddr, 16);
 		p.fragbits = PARSE_FRAG_V6;
@@ -1798,12 +1843,12 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 		}
 		p.kind = 8;
 		if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) {
-			if (fd_ports(&p, nh.pos, data_end) < 0)
+			if (fd_ports(&p, nh.pos, data_end, full) < 0)
 				return fd_malformed(len, decide, arg);
 			return decide(arg, &p);
 		}
 		if ((proto == IPPROTO_ICMP || proto == IPPROTO_ICMPV6) &&
-		    fd_icmp(&p, nh.pos, data_end) < 0)
+		    fd_icmp(&p, nh.pos, data_end, full) < 0)
 			return fd_malformed(len, decide, arg);
 		return decide(arg, &p);
 	}
@@ -1822,9 +1867,12 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 	return decide(arg, &p);
 }
 
-/* fd_decide evaluates a frame: malformed, then compound rules, then the
- * longest source prefix, then the default policy. */
-static __always_inline struct fd_result fd_decide(const void *arg, const struct fd_pkt *p)
+/* fd_decide_in evaluates a frame: malformed, then compound rules, then the
+ * longest source prefix, then the default policy. full (a constant) 0 is
+ * the plain path's (fd_run), for a rule set with no fd_conf.features: no
+ * bans, limits or late rules, and no field beyond FD_FLD_PLAIN. */
+static __always_inline struct fd_result fd_decide_in(const void *arg, const struct fd_pkt *p,
+						     const int full)
 {
 	const struct fd_env *env = arg;
 	const struct fd_half *h = env->h;
@@ -1840,32 +1888,32 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 	}
 
 	/* Bans first (IPv4 frames carry their address in hi). */
-	if (p->family == 4 && c->ban4 && fd_banned(c->ban4, 4, p->src4, 0))
+	if (full && p->family == 4 && c->ban4 && fd_banned(c->ban4, 4, p->src4, 0))
 		goto banned;
-	if (p->family == 6 && c->ban6 && fd_banned(c->ban6, 6, p->src6[0], p->src6[1]))
+	if (full && p->family == 6 && c->ban6 && fd_banned(c->ban6, 6, p->src6[0], p->src6[1]))
 		goto banned;
 
 	if (c->ncompound) {
 		const struct fd_cls_half *t = &h->cls;
 
 		if (c->ncompound <= 64) {
-			i = fd_compound64(c, t, p);
+			i = fd_compound64(c, t, p, full ? ~0u : FD_FLD_PLAIN);
 			if (i >= 0) {
 				r.class = FD_CLASS_COMPOUND;
 				r.index = fd_ctz_tab[i & 63]; /* for the trace only */
 				r.val = c->crule_h[i & 63];
-				if (r.index < c->late_from)
+				if (!full || r.index < c->late_from)
 					goto compound;
 				late = r;
 				r.val = 0;
 			}
 		} else {
-			i = fd_compound(c, t, p);
+			i = fd_compound(c, t, p, full ? ~0u : FD_FLD_PLAIN);
 			if (i >= 0) {
 				r.class = FD_CLASS_COMPOUND;
 				r.index = i & (FD_MAX_COMPOUND - 1);
 				r.val = c->crule[r.index];
-				if (r.index < c->late_from)
+				if (!full || r.index < c->late_from)
 					goto compound;
 				late = r;
 				r.val = 0;
@@ -1883,7 +1931,7 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 		return r;
 	}
 	/* A late compound rule matched and no prefix rule did. */
-	if (late.val) {
+	if (full && late.val) {
 		r = late;
 		goto compound;
 	}
@@ -1894,7 +1942,7 @@ static __always_inline struct fd_result fd_decide(const void *arg, const struct 
 
 compound:
 	/* Only a limit rule's val has bit 31 (FD_ACT_LIMIT). */
-	if (r.val & (1u << 31)) {
+	if (full && (r.val & (1u << 31))) {
 		__u32 bytes = *env->len & ~PARSE_LEN_CHECK;
 		__u32 family = p->family;
 		__u64 hi = 0, lo = 0;
@@ -1917,14 +1965,26 @@ banned:
 	return r;
 }
 
+static __always_inline struct fd_result fd_decide(const void *arg, const struct fd_pkt *p)
+{
+	return fd_decide_in(arg, p, 1);
+}
+
+static __always_inline struct fd_result fd_decide_plain(const void *arg, const struct fd_pkt *p)
+{
+	return fd_decide_in(arg, p, 0);
+}
+
 /* fd_match evaluates one frame against one half of the rule set; *len as
- * for fd_parse_then. */
+ * for fd_parse_then; full as for fd_decide_in (a constant). */
 static __always_inline struct fd_result fd_match(const struct fd_half *h, struct xdp_md *ctx,
-						 __u32 *len)
+						 __u32 *len, const int full)
 {
 	struct fd_env env = { .h = h, .len = len };
 
-	return fd_parse_then(ctx, len, fd_decide, &env);
+	if (!full)
+		return fd_parse_then(ctx, len, fd_decide_plain, &env, 0);
+	return fd_parse_then(ctx, len, fd_decide, &env, 1);
 }
 
 /* fd_check_len finishes a frame that fd_match flagged with

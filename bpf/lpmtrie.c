@@ -72,7 +72,7 @@ int xdp_lpm_baseline(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 bytes = data_end - data;
 	struct xdp_md *volatile ctx_slot = ctx;
-	struct fd_result r = fd_parse_then(ctx, &bytes, fd_decide_lpm, NULL);
+	struct fd_result r = fd_parse_then(ctx, &bytes, fd_decide_lpm, NULL, 1);
 	__u32 verdict;
 	struct counter *cnt;
 

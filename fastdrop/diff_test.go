@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,9 @@ type diffGen struct {
 	hosts4 []netip.Addr
 	hosts6 []netip.Addr
 	ports  []uint16
+	// plain: compound rules only of the first matcher's fields and
+	// actions, for the program's plain path (fd_conf.features 0).
+	plain bool
 }
 
 func newDiffGen(seed uint64) *diffGen {
@@ -362,11 +366,45 @@ func (g *diffGen) compound() Rule {
 				}
 			}
 		}
+		if g.plain {
+			plainRule(&r)
+		}
 		if r.IsPrefixOnly() || r.Validate() != nil {
 			continue
 		}
 		return r
 	}
+}
+
+// plainRule keeps of r only what the program's plain path handles (see
+// FD_FLD_PLAIN and FD_FEAT_* in bpf/fastdrop.h): addresses, protocol,
+// ports, EtherType and non-first fragments; no limit and no late origin.
+func plainRule(r *Rule) {
+	if r.Action == ActionLimit {
+		r.Action, r.Limit = ActionDrop, nil
+	}
+	if r.Origin == OriginRedirect {
+		r.Origin = ""
+	}
+	r.TCPFlags, r.FragBits = nil, FragBits{}
+	if r.Nums != nil {
+		n := r.Nums.Clone()
+		n.Port, n.Len, n.TTL, n.DSCP, n.Type, n.Code, n.Queue, n.FlowLabel = Num{}, Num{}, Num{}, Num{}, Num{}, Num{}, Num{}, Num{}
+		r.Nums = n
+		if !n.Sport.IsSet() && !n.Dport.IsSet() && !n.Proto.IsSet() {
+			r.Nums = nil
+		}
+	}
+}
+
+// activeFeatures is fd_conf.features of e's half in force.
+func activeFeatures(t testing.TB, e *Engine) uint32 {
+	t.Helper()
+	c, err := readConf(e.mem.ctl, e.mem.active.load()&1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Features
 }
 
 // ruleSet returns a random valid rule set of up to maxCompound compound
@@ -446,7 +484,13 @@ func TestDifferential(t *testing.T) {
 	failures := 0
 	classes := make(map[ResultClass]int)
 	verdicts := make(map[Action]int)
-	defer func() { t.Logf("decided by: %v; verdicts %v", classes, verdicts) }()
+	// Rule sets with compound rules that the program's plain path
+	// judged (fd_conf.features 0), and the others.
+	var plainSets, fullSets int
+	defer func() {
+		t.Logf("decided by: %v; verdicts %v; sets with compound rules on the plain path %d, full %d",
+			classes, verdicts, plainSets, fullSets)
+	}()
 	for done := 0; done < n; {
 		maxCompound, maxPrefix := 12, 40
 		switch g.rng.IntN(10) {
@@ -457,9 +501,20 @@ func TestDifferential(t *testing.T) {
 		case 2:
 			maxPrefix = 400
 		}
+		g.plain = g.rng.IntN(3) == 0
 		rs := g.ruleSet(maxCompound, maxPrefix)
 		r := mustApply(t, e, rs)
 		m := NewModel(rs)
+		if f := activeFeatures(t, e); slices.ContainsFunc(rs.Rules, func(r Rule) bool { return !r.IsPrefixOnly() }) {
+			if f == 0 {
+				plainSets++
+			} else {
+				fullSets++
+			}
+			if g.plain && f != 0 {
+				t.Fatalf("a rule set of plainRule's rules has features %#x: plainRule or confFor's features is out of date\nrules:\n%s", f, ruleSetText(rs))
+			}
+		}
 		for range min(perSet, n-done) {
 			done++
 			frame := g.frame()
@@ -480,6 +535,9 @@ func TestDifferential(t *testing.T) {
 				t.Fatalf("stopping after %d disagreements", failures)
 			}
 		}
+	}
+	if n >= 20_000 && (plainSets < 3 || fullSets < 3) {
+		t.Errorf("only %d rule sets on the plain path and %d on the full path: both must be tested", plainSets, fullSets)
 	}
 }
 

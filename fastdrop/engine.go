@@ -2193,5 +2193,30 @@ func (e *Engine) confFor(h uint32) gen.FastdropFdConf {
 	c.Ncompound = uint32(len(e.cls.vals))
 	c.LateFrom = uint32(e.cls.lateFrom)
 	c.Ban4, c.Ban6 = packLens(e.pol.lens4), packLens(e.pol.lens6)
+	c.Features = features(&c)
 	return c
+}
+
+// features is fd_conf.features for c: what of c needs the program's full
+// path. With none, frames take the plain path, which has no code for them
+// (bpf/fastdrop.c, fd_run).
+func features(c *gen.FastdropFdConf) uint32 {
+	var f uint32
+	if c.Fields&^uint32(gen.FastdropFdLayoutFD_FLD_PLAIN) != 0 {
+		f |= uint32(gen.FastdropFdLayoutFD_FEAT_FIELDS)
+	}
+	for _, v := range c.Crule[:c.Ncompound] {
+		if v&actLimitVal != 0 { // bit 31, as fd_decide_in tests it
+			f |= uint32(gen.FastdropFdLayoutFD_FEAT_LIMIT)
+		}
+	}
+	if c.Ban4 != 0 || c.Ban6 != 0 {
+		f |= uint32(gen.FastdropFdLayoutFD_FEAT_BANS)
+	}
+	// Late rules come after the prefix rules: with none, they are
+	// judged as any other compound rule.
+	if c.LateFrom < c.Ncompound && c.V4Count+c.V6Count != 0 {
+		f |= uint32(gen.FastdropFdLayoutFD_FEAT_LATE)
+	}
+	return f
 }

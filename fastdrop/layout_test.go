@@ -33,6 +33,8 @@ var layoutFingerprints = map[uint32]string{
 	15: "997b794210afaf1b", // flowlabel: a direct field of 20 bits, FD_REC_FLOWLABEL
 	// 14-16 were h/police's before it merged main's 14 and 15: never released.
 	17: "4611f0412542e26c", // the policers on jiffies (fd_ban.end, fd_police.ban_end), fd_pol_src a set-associative array (fd_src_set, fd_src_ent, FD_SRC_WAYS), fd_pcnt.evicted; fd_police, fd_pcnt, fd_src_key, fd_ban fingerprinted from here on
+	// 16 was h/hot's before it merged main's 17: never released.
+	18: "9b7aba8b9cecd610", // fd_conf.features and FD_FEAT_*: the plain path for rule sets that need none
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.
@@ -97,5 +99,40 @@ func TestLayoutVersion(t *testing.T) {
 		t.Errorf("the layout of the pinned maps (bpf/fastdrop.h) is %s, and layout %d was %q: "+
 			"if it changed, raise FD_LAYOUT_VERSION in bpf/fastdrop.h and add %d: %q to layoutFingerprints; "+
 			"never change an existing entry.\nThe layout:\n%s", got, v, want, v+1, got, desc)
+	}
+}
+
+// TestFeatures checks fd_conf.features (confFor's features): each feature
+// of a rule set that the program's plain path lacks sets its bit, and a
+// rule set with none gets 0, which sends its frames down the plain path.
+func TestFeatures(t *testing.T) {
+	plain := gen.FastdropFdConf{
+		Fields:    1<<gen.FastdropFdFieldFD_FLD_DPORT | 1<<gen.FastdropFdFieldFD_FLD_SRC6,
+		Ncompound: 2,
+		LateFrom:  2,
+		V4Count:   10,
+	}
+	plain.Crule[0], plain.Crule[1] = mkVal(ActionDrop, 20), mkVal(ActionRedirect, 21)
+	for _, tc := range []struct {
+		name string
+		mod  func(c *gen.FastdropFdConf)
+		want gen.FastdropFdLayout
+	}{
+		{"plain", func(c *gen.FastdropFdConf) {}, 0},
+		{"ttl", func(c *gen.FastdropFdConf) { c.Fields |= 1 << gen.FastdropFdFieldFD_FLD_TTL }, gen.FastdropFdLayoutFD_FEAT_FIELDS},
+		{"queue", func(c *gen.FastdropFdConf) { c.Fields |= 1 << gen.FastdropFdFieldFD_FLD_QUEUE }, gen.FastdropFdLayoutFD_FEAT_FIELDS},
+		{"limit", func(c *gen.FastdropFdConf) { c.Crule[1] = actLimitVal | 3 }, gen.FastdropFdLayoutFD_FEAT_LIMIT},
+		{"limit past ncompound", func(c *gen.FastdropFdConf) { c.Crule[2] = actLimitVal | 3 }, 0},
+		{"ban4", func(c *gen.FastdropFdConf) { c.Ban4 = 24 }, gen.FastdropFdLayoutFD_FEAT_BANS},
+		{"ban6", func(c *gen.FastdropFdConf) { c.Ban6 = 64 }, gen.FastdropFdLayoutFD_FEAT_BANS},
+		{"late", func(c *gen.FastdropFdConf) { c.LateFrom = 1 }, gen.FastdropFdLayoutFD_FEAT_LATE},
+		{"late, IPv6 prefixes", func(c *gen.FastdropFdConf) { c.LateFrom, c.V4Count, c.V6Count = 1, 0, 3 }, gen.FastdropFdLayoutFD_FEAT_LATE},
+		{"late, no prefix rules", func(c *gen.FastdropFdConf) { c.LateFrom, c.V4Count = 1, 0 }, 0},
+	} {
+		c := plain
+		tc.mod(&c)
+		if got := features(&c); got != uint32(tc.want) {
+			t.Errorf("%s: features %#x, want %#x", tc.name, got, tc.want)
+		}
 	}
 }

@@ -136,6 +136,8 @@ type FastdropFdConf struct {
 	V6Shift   uint32
 	V6Default uint32
 	Half      uint32
+	Features  uint32
+	_         [4]byte
 	V6Seed    uint64
 	V6Tree    [256]uint8
 	Kind      [12]FastdropFdBm
@@ -211,7 +213,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 17
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 18
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_LISTS_SIZE      FastdropFdLayout = 1024
@@ -271,6 +273,11 @@ const (
 	FastdropFdLayoutFD_V4GROUP         FastdropFdLayout = 256
 	FastdropFdLayoutFD_V4SPARSE_MAX    FastdropFdLayout = 11
 	FastdropFdLayoutFD_V4SPARSE_SIZE   FastdropFdLayout = 64
+	FastdropFdLayoutFD_FEAT_FIELDS     FastdropFdLayout = 1
+	FastdropFdLayoutFD_FEAT_LIMIT      FastdropFdLayout = 2
+	FastdropFdLayoutFD_FEAT_BANS       FastdropFdLayout = 4
+	FastdropFdLayoutFD_FEAT_LATE       FastdropFdLayout = 8
+	FastdropFdLayoutFD_FLD_PLAIN       FastdropFdLayout = 255
 	FastdropFdLayoutFD_MAIN_CAP_ACTIVE FastdropFdLayout = 16
 	FastdropFdLayoutFD_MAIN_STAMP      FastdropFdLayout = 64
 	FastdropFdLayoutFD_MAIN_CAP        FastdropFdLayout = 1024
