@@ -78,8 +78,20 @@ func newSrcCounter(t *testing.T, ifindex int) *srcCounter {
 		asm.Add.Imm(asm.R2, -4),
 		asm.Mov.Reg(asm.R3, asm.RFP),
 		asm.Add.Imm(asm.R3, -32),
-		asm.Mov.Imm(asm.R4, 0),
+		// BPF_NOEXIST: when both CPUs see a source's first frame at
+		// once, the second update fails instead of overwriting the
+		// first one's count; that frame is then added as any other.
+		asm.Mov.Imm(asm.R4, 1),
 		asm.FnMapUpdateElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "out"),
+		asm.LoadMapPtr(asm.R1, m.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "out"),
+		asm.Mov.Imm(asm.R1, 1),
+		asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
+		asm.StoreMem(asm.R0, 16, asm.R7, asm.DWord),
 		asm.Mov.Imm(asm.R0, 2).WithSymbol("out"), // TCX_DROP
 		asm.Return(),
 	}
