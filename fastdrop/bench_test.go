@@ -693,19 +693,8 @@ func BenchmarkLoad(b *testing.B) {
 // iteration measures both for vethSeconds).
 func BenchmarkVethRate(b *testing.B) {
 	const vethSeconds = 3
-	veth := testenv.NewVeth(b, testenv.VethOptions{})
-	spec, err := gen.LoadBasic()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := spec.Variables[gen.BasicVarCountVerdict].Set(uint32(gen.BasicVerdictVERDICT_DROP)); err != nil {
-		b.Fatal(err)
-	}
-	var basic gen.BasicObjects
-	if err := spec.LoadAndAssign(&basic, nil); err != nil {
-		b.Fatal(err)
-	}
-	defer basic.Close()
+	rig := newVethRig(b)
+	defer rig.close()
 
 	ps, _ := v4Mix(1_000_000-65536, 2)
 	have := make(map[netip.Prefix]bool, len(ps))
@@ -721,57 +710,12 @@ func BenchmarkVethRate(b *testing.B) {
 	rs := &RuleSet{Rules: PrefixRules(ActionDrop, ps)}
 	e := benchEngine(b, rs)
 
-	g, err := pktgen.New(pktgen.Options{Flows: 65536, L4Checksum: 6})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer g.Close()
-	frame := frame64(frames.UDP4("198.18.0.2", "198.18.0.1", 1024, 9, 18))
-
-	dropped := func(bare bool) uint64 {
-		if bare {
-			var per []gen.BasicCounter
-			if err := basic.Verdicts.Lookup(uint32(gen.BasicVerdictVERDICT_DROP), &per); err != nil {
-				b.Fatal(err)
-			}
-			var n uint64
-			for _, c := range per {
-				n += c.Packets
-			}
-			return n
-		}
-		c, err := e.Counters()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return c.Drop.Packets
-	}
-	measure := func(prog *ebpf.Program, bare bool) (rx, tx float64) {
-		l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: veth.Index, Flags: link.XDPDriverMode})
-		if err != nil {
-			testenv.SkipOrFail(b, "attach XDP in driver mode to veth: %v", err)
-		}
-		defer l.Close()
-		before := dropped(bare)
-		start := time.Now()
-		var st pktgen.Stats
-		err = veth.InPeerNS(func() error {
-			var err error
-			st, err = g.Run(context.Background(), veth.PeerIndex, frame, pktgen.RunOptions{Duration: vethSeconds * time.Second})
-			return err
-		})
-		if err != nil {
-			b.Fatalf("generator: %v", err)
-		}
-		el := time.Since(start).Seconds()
-		return float64(dropped(bare)-before) / el / 1e6, st.PPS() / 1e6
-	}
 	var bareRx, bareTx, fdRx, fdTx []float64
 	b.ResetTimer()
 	for range b.N {
-		r, s := measure(basic.XdpCount, true)
+		r, s := rig.measure(nil, vethSeconds*time.Second)
 		bareRx, bareTx = append(bareRx, r), append(bareTx, s)
-		r, s = measure(e.Program(), false)
+		r, s = rig.measure(e, vethSeconds*time.Second)
 		fdRx, fdTx = append(fdRx, r), append(fdTx, s)
 	}
 	b.StopTimer()
@@ -780,6 +724,93 @@ func BenchmarkVethRate(b *testing.B) {
 	b.ReportMetric(median(fdRx)/median(bareRx), "x-bare")
 	b.ReportMetric(median(bareTx), "bare-sent-Mpps")
 	b.ReportMetric(median(fdTx), "fastdrop-sent-Mpps")
+}
+
+// vethRig is the live drop-rate harness BenchmarkVethRate and
+// BenchmarkLimitVeth share: a veth pair, the generator on its peer (64-byte
+// UDP frames to port 9 from 65,536 sources) and the bare counting
+// XDP_DROP program the rates are compared with.
+type vethRig struct {
+	b     *testing.B
+	veth  *testenv.Veth
+	basic gen.BasicObjects
+	g     *pktgen.Generator
+	frame []byte
+}
+
+func newVethRig(b *testing.B) *vethRig {
+	r := &vethRig{b: b, veth: testenv.NewVeth(b, testenv.VethOptions{})}
+	spec, err := gen.LoadBasic()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := spec.Variables[gen.BasicVarCountVerdict].Set(uint32(gen.BasicVerdictVERDICT_DROP)); err != nil {
+		b.Fatal(err)
+	}
+	if err := spec.LoadAndAssign(&r.basic, nil); err != nil {
+		b.Fatal(err)
+	}
+	r.g, err = pktgen.New(pktgen.Options{Flows: 65536, L4Checksum: 6})
+	if err != nil {
+		r.basic.Close()
+		b.Fatal(err)
+	}
+	r.frame = frame64(frames.UDP4("198.18.0.2", "198.18.0.1", 1024, 9, 18))
+	return r
+}
+
+func (r *vethRig) close() {
+	r.g.Close()
+	r.basic.Close()
+}
+
+// dropped is how many frames e has dropped, or the bare program when e is
+// nil.
+func (r *vethRig) dropped(e *Engine) uint64 {
+	if e == nil {
+		var per []gen.BasicCounter
+		if err := r.basic.Verdicts.Lookup(uint32(gen.BasicVerdictVERDICT_DROP), &per); err != nil {
+			r.b.Fatal(err)
+		}
+		var n uint64
+		for _, c := range per {
+			n += c.Packets
+		}
+		return n
+	}
+	c, err := e.Counters()
+	if err != nil {
+		r.b.Fatal(err)
+	}
+	return c.Drop.Packets
+}
+
+// measure attaches e's program (the bare one when e is nil) in driver
+// mode, sends for d, and returns the rate of frames dropped and the
+// generator's own rate, in Mpps.
+func (r *vethRig) measure(e *Engine, d time.Duration) (rx, tx float64) {
+	prog := r.basic.XdpCount
+	if e != nil {
+		prog = e.Program()
+	}
+	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: r.veth.Index, Flags: link.XDPDriverMode})
+	if err != nil {
+		testenv.SkipOrFail(r.b, "attach XDP in driver mode to veth: %v", err)
+	}
+	defer l.Close()
+	before := r.dropped(e)
+	start := time.Now()
+	var st pktgen.Stats
+	err = r.veth.InPeerNS(func() error {
+		var err error
+		st, err = r.g.Run(context.Background(), r.veth.PeerIndex, r.frame, pktgen.RunOptions{Duration: d})
+		return err
+	})
+	if err != nil {
+		r.b.Fatalf("generator: %v", err)
+	}
+	el := time.Since(start).Seconds()
+	return float64(r.dropped(e)-before) / el / 1e6, st.PPS() / 1e6
 }
 
 // BenchmarkChangeOneRule measures Add and Delete of one prefix rule in an

@@ -1,20 +1,14 @@
 package fastdrop
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-
-	"github.com/xdpdrop/xdpdrop/gen"
 	"github.com/xdpdrop/xdpdrop/internal/frames"
 	"github.com/xdpdrop/xdpdrop/internal/testenv"
-	"github.com/xdpdrop/xdpdrop/pktgen"
 )
 
 // BenchmarkLimitCost measures what a limit rule costs a frame over the
@@ -93,77 +87,22 @@ func BenchmarkLimitCost(b *testing.B) {
 // -benchtime 1x ./fastdrop/
 func BenchmarkLimitVeth(b *testing.B) {
 	const seconds, rounds = 3, 3
-	veth := testenv.NewVeth(b, testenv.VethOptions{})
-	spec, err := gen.LoadBasic()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := spec.Variables[gen.BasicVarCountVerdict].Set(uint32(gen.BasicVerdictVERDICT_DROP)); err != nil {
-		b.Fatal(err)
-	}
-	var basic gen.BasicObjects
-	if err := spec.LoadAndAssign(&basic, nil); err != nil {
-		b.Fatal(err)
-	}
-	defer basic.Close()
+	rig := newVethRig(b)
+	defer rig.close()
 	drop := benchEngine(b, kParse(b, "drop udp dport 9\n"))
 	limit := benchEngine(b, kParse(b, "limit 1/s per src udp dport 9\n"))
 	agg := benchEngine(b, kParse(b, "limit 1/s udp dport 9\n"))
-	g, err := pktgen.New(pktgen.Options{Flows: 65536, L4Checksum: 6})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer g.Close()
-	frame := frame64(frames.UDP4("198.18.0.2", "198.18.0.1", 1024, 9, 18))
-
-	dropped := func(e *Engine) uint64 {
-		if e == nil {
-			var per []gen.BasicCounter
-			if err := basic.Verdicts.Lookup(uint32(gen.BasicVerdictVERDICT_DROP), &per); err != nil {
-				b.Fatal(err)
-			}
-			var n uint64
-			for _, c := range per {
-				n += c.Packets
-			}
-			return n
-		}
-		c, err := e.Counters()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return c.Drop.Packets
-	}
-	measure := func(prog *ebpf.Program, e *Engine) (rx, tx float64) {
-		l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: veth.Index, Flags: link.XDPDriverMode})
-		if err != nil {
-			testenv.SkipOrFail(b, "attach XDP in driver mode to veth: %v", err)
-		}
-		defer l.Close()
-		before := dropped(e)
-		start := time.Now()
-		var st pktgen.Stats
-		err = veth.InPeerNS(func() error {
-			var err error
-			st, err = g.Run(context.Background(), veth.PeerIndex, frame, pktgen.RunOptions{Duration: seconds * time.Second})
-			return err
-		})
-		if err != nil {
-			b.Fatalf("generator: %v", err)
-		}
-		el := time.Since(start).Seconds()
-		return float64(dropped(e)-before) / el / 1e6, st.PPS() / 1e6
-	}
+	measure := func(e *Engine) (rx, tx float64) { return rig.measure(e, seconds*time.Second) }
 	var bare, dr, ag, lim, sent []float64
 	for range b.N {
 		for range rounds {
-			r, s := measure(basic.XdpCount, nil)
+			r, s := measure(nil)
 			bare, sent = append(bare, r), append(sent, s)
-			r, _ = measure(drop.Program(), drop)
+			r, _ = measure(drop)
 			dr = append(dr, r)
-			r, _ = measure(agg.Program(), agg)
+			r, _ = measure(agg)
 			ag = append(ag, r)
-			r, _ = measure(limit.Program(), limit)
+			r, _ = measure(limit)
 			lim = append(lim, r)
 		}
 	}
