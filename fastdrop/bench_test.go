@@ -274,6 +274,11 @@ func compoundMix(n int) []Rule {
 		}
 		text = append(text, s)
 	}
+	return benchRules(text)
+}
+
+// benchRules parses the benchmarks' rule lines (each a valid rule).
+func benchRules(text []string) []Rule {
 	var rules []Rule
 	for _, s := range text {
 		rs, err := parseString(s, "bench")
@@ -314,15 +319,7 @@ func compoundMixFlowSpec(n int) []Rule {
 		}
 		text = append(text, s)
 	}
-	var rules []Rule
-	for _, s := range text {
-		rs, err := parseString(s, "bench")
-		if err != nil {
-			panic(err)
-		}
-		rules = append(rules, rs.Rules...)
-	}
-	return rules
+	return benchRules(text)
 }
 
 // compoundMixLists is compoundMixFlowSpec with issue 20's value lists,
@@ -352,15 +349,7 @@ func compoundMixLists(n int) []Rule {
 		}
 		text = append(text, s)
 	}
-	var rules []Rule
-	for _, s := range text {
-		rs, err := parseString(s, "bench")
-		if err != nil {
-			panic(err)
-		}
-		rules = append(rules, rs.Rules...)
-	}
-	return rules
+	return benchRules(text)
 }
 
 // hitWithin returns an address in the first of ps inside within.
