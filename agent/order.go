@@ -61,8 +61,10 @@ func comparePrefixes(ca, cb bgp.FlowSpecComponentInterface, family int) int {
 		}
 		return 1
 	}
-	pa, erra := prefixOf(ca, family)
-	pb, errb := prefixOf(cb, family)
+	// Equal offsets: the patterns compare as prefixes (prefixOf
+	// clears the bits before the offset of both).
+	pa, _, erra := prefixOf(ca, family)
+	pb, _, errb := prefixOf(cb, family)
 	if erra != nil || errb != nil {
 		return 0
 	}
@@ -81,8 +83,7 @@ func comparePrefixes(ca, cb bgp.FlowSpecComponentInterface, family int) int {
 	return 0
 }
 
-// prefixOffset is an IPv6 prefix component's offset; offsets make
-// prefixOf refuse the route, but refused routes are ordered too.
+// prefixOffset is an IPv6 prefix component's offset (0 for IPv4).
 func prefixOffset(c bgp.FlowSpecComponentInterface) uint8 {
 	switch v := c.(type) {
 	case *bgp.FlowSpecDestinationPrefix6:

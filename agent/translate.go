@@ -178,7 +178,7 @@ func translate(r Route, opts TranslateOptions) (Translation, error) {
 		t := int(c.Type())
 		switch t {
 		case fsDstPrefix, fsSrcPrefix:
-			p, err := prefixOf(c, r.Family)
+			p, off, err := prefixOf(c, r.Family)
 			if err != nil {
 				return Translation{}, err
 			}
@@ -186,7 +186,11 @@ func translate(r Route, opts TranslateOptions) (Translation, error) {
 			if t == fsSrcPrefix {
 				kw = "src"
 			}
-			head = append(head, term{kw, p.String()})
+			v := p.String()
+			if off != 0 {
+				v += "/" + strconv.Itoa(off) // ADDR/LEN/OFF: bits OFF to LEN-1
+			}
+			head = append(head, term{kw, v})
 		case fsTCPFlags, fsFragment:
 		default:
 			nf, ok := numericFields[t]
@@ -402,53 +406,65 @@ func protoPart(protos ivals) part {
 	return p
 }
 
-// prefixOf is the prefix of a destination or source prefix component.
-func prefixOf(c bgp.FlowSpecComponentInterface, family int) (netip.Prefix, error) {
+// prefixOf is the prefix of a destination or source prefix component,
+// and for IPv6 its offset (RFC 8956 section 3.1: the component matches
+// bits off to the length - 1 of the address). GoBGP gives an IPv6
+// component's pattern as an address with its bits in place (as it and
+// ExaBGP write one: 0:db8::/64/16); the bits before the offset are not
+// part of the match, so they are cleared (which neither widens nor
+// narrows it), as are those past the length.
+func prefixOf(c bgp.FlowSpecComponentInterface, family int) (netip.Prefix, int, error) {
 	var ip []byte
-	var bits int
+	var bits, off int
 	switch v := c.(type) {
 	case *bgp.FlowSpecDestinationPrefix:
 		p, ok := v.Prefix.(*bgp.IPAddrPrefix)
 		if !ok {
-			return netip.Prefix{}, refusef("destination prefix of another family")
+			return netip.Prefix{}, 0, refusef("destination prefix of another family")
 		}
 		ip, bits = p.Prefix.To4(), int(p.Length)
 	case *bgp.FlowSpecSourcePrefix:
 		p, ok := v.Prefix.(*bgp.IPAddrPrefix)
 		if !ok {
-			return netip.Prefix{}, refusef("source prefix of another family")
+			return netip.Prefix{}, 0, refusef("source prefix of another family")
 		}
 		ip, bits = p.Prefix.To4(), int(p.Length)
 	case *bgp.FlowSpecDestinationPrefix6:
 		p, ok := v.Prefix.(*bgp.IPv6AddrPrefix)
 		if !ok {
-			return netip.Prefix{}, refusef("destination prefix of another family")
+			return netip.Prefix{}, 0, refusef("destination prefix of another family")
 		}
-		if v.Offset != 0 {
-			return netip.Prefix{}, refusef("destination prefix with offset %d (RFC 8956 section 3.1): the rule language matches prefixes from bit 0 only", v.Offset)
-		}
-		ip, bits = p.Prefix.To16(), int(p.Length)
+		ip, bits, off = p.Prefix.To16(), int(p.Length), int(v.Offset)
 	case *bgp.FlowSpecSourcePrefix6:
 		p, ok := v.Prefix.(*bgp.IPv6AddrPrefix)
 		if !ok {
-			return netip.Prefix{}, refusef("source prefix of another family")
+			return netip.Prefix{}, 0, refusef("source prefix of another family")
 		}
-		if v.Offset != 0 {
-			return netip.Prefix{}, refusef("source prefix with offset %d (RFC 8956 section 3.1): the rule language matches prefixes from bit 0 only", v.Offset)
-		}
-		ip, bits = p.Prefix.To16(), int(p.Length)
+		ip, bits, off = p.Prefix.To16(), int(p.Length), int(v.Offset)
 	default:
-		return netip.Prefix{}, refusef("prefix component of an unknown kind")
+		return netip.Prefix{}, 0, refusef("prefix component of an unknown kind")
 	}
 	a, ok := netip.AddrFromSlice(ip)
 	if !ok || (family == 4) != a.Is4() {
-		return netip.Prefix{}, refusef("prefix of the wrong family")
+		return netip.Prefix{}, 0, refusef("prefix of the wrong family")
 	}
 	p, err := a.Prefix(bits) // masked: bits past the length are not part of the match
 	if err != nil {
-		return netip.Prefix{}, refusef("prefix length %d", bits)
+		return netip.Prefix{}, 0, refusef("prefix length %d", bits)
 	}
-	return p, nil
+	if off == 0 {
+		return p, 0, nil
+	}
+	if off >= bits {
+		// RFC 8956 3.1: offset < length < 129, or the component is
+		// malformed (length 0 and offset 0 match every address).
+		return netip.Prefix{}, 0, refusef("prefix %s with offset %d: the offset is not below the length, which RFC 8956 section 3.1 calls malformed", p, off)
+	}
+	b := p.Addr().As16()
+	for i := 0; i < off; i++ {
+		b[i/8] &^= 0x80 >> (i % 8)
+	}
+	return netip.PrefixFrom(netip.AddrFrom16(b), bits), off, nil
 }
 
 // Operator bits (RFC 8955 section 4.2.1).

@@ -31,6 +31,12 @@ func dst6(p string, off uint8) bgp.FlowSpecComponentInterface {
 	return bgp.NewFlowSpecDestinationPrefix6(bgp.NewIPv6AddrPrefix(uint8(l), ip.String()), off)
 }
 
+func src6(p string, off uint8) bgp.FlowSpecComponentInterface {
+	ip, n, _ := net.ParseCIDR(p)
+	l, _ := n.Mask.Size()
+	return bgp.NewFlowSpecSourcePrefix6(bgp.NewIPv6AddrPrefix(uint8(l), ip.String()), off)
+}
+
 // item is one {op, value}; ops are written as in RFC 8955: "&" for AND,
 // "<", ">", "=" (combinable), "!" not and "m" match for bitmasks.
 func item(op string, v uint64) *bgp.FlowSpecComponentItem {
@@ -109,6 +115,15 @@ func TestTranslateExact(t *testing.T) {
 		{"flow label, in hexadecimal",
 			Route{6, []bgp.FlowSpecComponentInterface{comp(fsFlowLabel, item("=", 0x12345), item(">=", 0x100), item("&<=", 0x1ff))}, discard()},
 			"drop ether ipv6 flowlabel 0x100-0x1ff,0x12345"},
+		{"IPv6 destination prefix with an offset: bits 32-63 only, the first bits (not matched) cleared",
+			Route{6, []bgp.FlowSpecComponentInterface{dst6("2001:db8:1:2::/64", 32)}, discard()},
+			"drop ether ipv6 dst 0:0:1:2::/64/32"},
+		{"IPv6 source prefix with an offset across bit 64, as RFC 8956 3.8.2's",
+			Route{6, []bgp.FlowSpecComponentInterface{src6("::1:1234:5678:9800:0/104", 60), comp(fsProto, item("=", 17))}, discard()},
+			"drop ether ipv6 udp src ::1:1234:5678:9800:0/104/60"},
+		{"IPv6 offset 0 is a prefix from bit 0",
+			Route{6, []bgp.FlowSpecComponentInterface{src6("2001:db8::/32", 0)}, discard()},
+			"drop ether ipv6 src 2001:db8::/32"},
 		{"flow label != 0",
 			Route{6, []bgp.FlowSpecComponentInterface{dst6("2001:db8::/32", 0), comp(fsFlowLabel, item("<>", 0))}, discard()},
 			"drop ether ipv6 dst 2001:db8::/32 flowlabel 0x1-0xfffff"},
@@ -195,7 +210,7 @@ func TestTranslateRefused(t *testing.T) {
 		{"DSCP marking", Route{4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, []bgp.ExtendedCommunityInterface{bgp.NewTrafficRemarkExtended(46)}}, "traffic-marking"},
 		{"sample and go on", Route{4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, []bgp.ExtendedCommunityInterface{bgp.NewTrafficActionExtended(true, true)}}, "traffic-action sample with the terminal-action bit"},
 		{"two rates", Route{4, []bgp.FlowSpecComponentInterface{dst4("10.0.0.0/8")}, append(discard(), bgp.NewTrafficRateExtended(0, 0))}, "2 traffic-rate actions"},
-		{"IPv6 offset", Route{6, []bgp.FlowSpecComponentInterface{dst6("::1:0:0:0/64", 32)}, discard()}, "offset 32"},
+		{"IPv6 offset not below the length", Route{6, []bgp.FlowSpecComponentInterface{dst6("::1:0:0:0/64", 64)}, discard()}, "offset 64: the offset is not below the length"},
 		{"unknown component", Route{4, []bgp.FlowSpecComponentInterface{&bgp.FlowSpecUnknown{Value: []byte{14, 0x81, 1}}}, discard()}, "unknown component type 14"},
 		{"IsF clear", Route{4, []bgp.FlowSpecComponentInterface{comp(fsFragment, item("!m", 0x02))}, discard()}, "IsF clear"},
 		{"IsF and FF", Route{4, []bgp.FlowSpecComponentInterface{comp(fsFragment, item("m", 0x06))}, discard()}, "matches no packet"},

@@ -63,6 +63,13 @@ enum fd_field {
 	FD_FLD_PORT = 16,
 	FD_FLD_FLOWLABEL = 17,
 	FD_FLD_MAX = 18,
+	/* Not a field with tables: IPv6 prefixes with an offset (src or dst
+	 * ADDR/LEN/OFF, FlowSpec types 1 and 2, RFC 8956 3.1), which the
+	 * tries cannot hold: each distinct one is an entry of fd_conf.off6,
+	 * compared masked (fd_off6_fail). Its bit in fd_conf.fields is
+	 * beyond FD_FLD_PLAIN, so such a rule set takes the full path
+	 * (FD_FEAT_FIELDS) and the plain path has no code for it. */
+	FD_FLD_OFF6 = FD_FLD_MAX,
 };
 
 /* The direct fields: compound-rule fields whose value in a frame (8 or 16
@@ -128,7 +135,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 18,
+	FD_LAYOUT_VERSION = 19,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
@@ -173,6 +180,9 @@ enum fd_layout {
 	FD_POL_TIME_SHIFT = 4,
 	FD_POL_BYTE_SHIFT = 16,
 	FD_BAN_LENS = 4,      /* distinct ban prefix lengths per family */
+	/* Distinct IPv6 prefixes with an offset (fd_conf.off6), source and
+	 * destination together. */
+	FD_OFF6_MAX = 16,
 	FD_SRC_WAYS = 4,      /* ways of a set of fd_pol_src */
 
 	/* Entries of a direct table indexed by a 16-bit value (ports, ether,
@@ -366,6 +376,18 @@ struct fd_bm {
 	__u64 w[FD_BM_WORDS];
 };
 
+/* An IPv6 prefix with an offset of the compound rules (FD_FLD_OFF6): a
+ * frame's address a has it if (a & mask) == val, both as loaded from the
+ * packet (network byte order). bm: the rules whose src (dst: 0) or dst
+ * (dst: 1) it is. */
+struct fd_off6 {
+	__u64 mask[2];
+	__u64 val[2];
+	struct fd_bm bm;
+	__u32 dst;
+	__u32 pad;
+};
+
 /* Per-half configuration: everything about a rule set that is not a big
  * table. */
 struct fd_conf {
@@ -404,6 +426,9 @@ struct fd_conf {
 	 * rules and of the bans that outlive them. */
 	__u32 ban4;
 	__u32 ban6;
+	/* IPv6 prefixes with an offset (FD_FLD_OFF6), noff6 of them. */
+	__u32 noff6;
+	struct fd_off6 off6[FD_OFF6_MAX];
 };
 
 /* One half of the compound-rule tables. */
@@ -512,9 +537,14 @@ struct fd_rule_rec {
 	__u8 dscp_op;
 	__u8 type_op;
 	__u8 code_op;
+	/* IPv6 prefix offsets (FlowSpec types 1 and 2, RFC 8956 3.1): src
+	 * and dst then match bits *_off to *_len - 1 only; 0 for a prefix
+	 * from bit 0. */
+	__u8 src_off;
+	__u8 dst_off;
 	/* Room for the next fields; a field taken from here raises
 	 * FD_LAYOUT_VERSION. */
-	__u8 rsv[16];
+	__u8 rsv[14];
 };
 
 _Static_assert(sizeof(struct fd_rule_rec) == FD_REC_SIZE, "fd_rule_rec size");
@@ -1105,6 +1135,35 @@ static __always_inline __u32 fd_front_proto(const struct fd_pkt *p)
 	if (FD_NONIP_##WHEN && (fields & (1 << FD_FLD_##NAME)))         \
 		acc &= t->b64[FD_DIR_##NAME + FD_DIR_VAL(p, MEMBER, BITS)];
 
+/* fd_off6_fail sets fail (its first words words) to the rules that have
+ * an IPv6 prefix with an offset (FD_FLD_OFF6, src or dst ADDR/LEN/OFF) which
+ * the frame's address does not have: the bits OFF to LEN-1 of the address
+ * masked and compared with each of the noff6 entries. A rule has at most
+ * one such prefix per field, so one that misses rules it out. Only the
+ * full path calls it, for IPv6 frames of rule sets that have one. */
+static __always_inline void fd_off6_fail(const struct fd_conf *c, const struct fd_pkt *p,
+					 struct fd_bm *fail, const int words)
+{
+	__u32 n = c->noff6;
+	int i, k;
+
+	for (k = 0; k < FD_BM_WORDS; k++)
+		fail->w[k] = 0;
+	for (i = 0; i < FD_OFF6_MAX; i++) {
+		const struct fd_off6 *e = &c->off6[i];
+		const __u64 *a;
+		__u64 miss;
+
+		if (i >= n)
+			break;
+		a = e->dst ? p->dst6 : p->src6;
+		miss = ((a[0] & e->mask[0]) ^ e->val[0]) | ((a[1] & e->mask[1]) ^ e->val[1]);
+		miss = -(__u64)(miss != 0);
+		for (k = 0; k < words; k++)
+			fail->w[k] |= e->bm.w[k] & miss;
+	}
+}
+
 /* fd_compound returns the position of the first compound rule that
  * matches p, or -1. Each field used by some rule maps the frame's value to
  * the set of rules that field allows (a bitmap); the AND of those sets,
@@ -1169,6 +1228,15 @@ static __always_inline int fd_compound(const struct fd_conf *c, const struct fd_
 		if (fields & (1 << FD_FLD_DST6)) {
 			if (!fd_bm_and(&acc, t, FD_FLD_DST6, fd_trie6(t, 1, p->dst6[0], p->dst6[1])))
 				return -1;
+		}
+		if (fields & (1u << FD_FLD_OFF6)) {
+			struct fd_bm fail;
+
+			fd_off6_fail(c, p, &fail, FD_BM_WORDS);
+			acc.w[0] &= ~fail.w[0];
+			acc.w[1] &= ~fail.w[1];
+			acc.w[2] &= ~fail.w[2];
+			acc.w[3] &= ~fail.w[3];
 		}
 	}
 	return fd_bm_first(&acc);
@@ -1270,6 +1338,14 @@ static __always_inline int fd_compound64(const struct fd_conf *c, const struct f
 		if (fields & (1 << FD_FLD_DST6)) {
 			acc &= t->b64[FD_B64_DST6 + (fd_trie6(t, 1, p->dst6[0], p->dst6[1]) &
 						     (FD_BM_FIELD - 1))];
+			if (!acc)
+				return -1;
+		}
+		if (fields & (1u << FD_FLD_OFF6)) {
+			struct fd_bm fail;
+
+			fd_off6_fail(c, p, &fail, 1);
+			acc &= ~fail.w[0];
 			if (!acc)
 				return -1;
 		}

@@ -116,6 +116,10 @@ const (
 	fldDst6  = int(gen.FastdropFdFieldFD_FLD_DST6)
 	fldQueue = int(gen.FastdropFdFieldFD_FLD_QUEUE)
 	numField = int(gen.FastdropFdFieldFD_FLD_MAX)
+	// fldOff6 is no field with tables (it is numField): IPv6 prefixes
+	// with an offset, classifier.off6.
+	fldOff6 = int(gen.FastdropFdFieldFD_FLD_OFF6)
+	off6Max = int(gen.FastdropFdLayoutFD_OFF6MAX)
 )
 
 // The rx queues a rule can name (0 to MaxQueue) and the entries of a
@@ -279,6 +283,8 @@ const (
 	recDSCPOp    = 141
 	recTypeOp    = 142
 	recCodeOp    = 143
+	recSrcOff    = 144 // src_off, dst_off: IPv6 prefix offsets
+	recDstOff    = 145
 	originLen    = int(gen.FastdropFdLayoutFD_ORIGIN_LEN)
 )
 
@@ -381,6 +387,8 @@ type classifier struct {
 	w4     [2][]uint16
 	w4pool []uint16
 	v4ps   [2][]netip.Prefix
+	// IPv6 prefixes with an offset (fd_conf.off6).
+	off6 []off6Entry
 	// vals of the rules, in order (fd_conf.crule).
 	vals []uint32
 	// lateFrom: the rules from this position on are late (fd_conf.late_from).
@@ -430,12 +438,18 @@ func compileCompound(rules []*Rule) (*classifier, error) {
 	}{
 		{fldSrc4, true, func(r *Rule) netip.Prefix { return r.Src }},
 		{fldDst4, true, func(r *Rule) netip.Prefix { return r.Dst }},
-		{fldSrc6, false, func(r *Rule) netip.Prefix { return r.Src }},
-		{fldDst6, false, func(r *Rule) netip.Prefix { return r.Dst }},
+		// A prefix with an offset is not in the trie (which matches
+		// from bit 0): there it is any address, and c.offsets rules it
+		// out where the address does not have it.
+		{fldSrc6, false, func(r *Rule) netip.Prefix { return zeroIf(r.SrcOff != 0, r.Src) }},
+		{fldDst6, false, func(r *Rule) netip.Prefix { return zeroIf(r.DstOff != 0, r.Dst) }},
 	} {
 		if err := c.prefixes(f.fld, rules, f.v4, f.get); err != nil {
 			return nil, err
 		}
+	}
+	if err := c.offsets(rules); err != nil {
+		return nil, err
 	}
 	if len(rules) <= 64 {
 		for fld := range numField {
@@ -695,6 +709,69 @@ func (c *classifier) prefixes(fld int, rules []*Rule, v4 bool, get func(*Rule) n
 		if err := c.trieInsert(l1, p, uint16(k+1)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// zeroIf returns the zero prefix if cond, else p.
+func zeroIf(cond bool, p netip.Prefix) netip.Prefix {
+	if cond {
+		return netip.Prefix{}
+	}
+	return p
+}
+
+// off6Entry is struct fd_off6: an IPv6 prefix with an offset of some
+// compound rules' src or dst (FD_FLD_OFF6), as a mask and value in the
+// byte order the program loads addresses in, and the rules that have it.
+type off6Entry struct {
+	mask, val [2]uint64
+	bm        bitmap
+	dst       bool
+	// p and off: the prefix and offset, to find it again.
+	p   netip.Prefix
+	off uint8
+}
+
+// offsets collects the distinct IPv6 prefixes with an offset of rules
+// (at most off6Max, source and destination together) into c.off6, each
+// with the rules that have it, and sets FD_FLD_OFF6 in c.fields if there
+// is one. The program rules out those whose prefix the frame's address
+// does not have (fd_off6_fail), after the tries, where they count as any
+// address (compileCompound).
+func (c *classifier) offsets(rules []*Rule) error {
+	for i, r := range rules {
+		for _, f := range [2]struct {
+			dst bool
+			p   netip.Prefix
+			off uint8
+		}{{false, r.Src, r.SrcOff}, {true, r.Dst, r.DstOff}} {
+			if f.off == 0 {
+				continue
+			}
+			k := slices.IndexFunc(c.off6, func(e off6Entry) bool { return e.dst == f.dst && e.p == f.p && e.off == f.off })
+			if k < 0 {
+				if len(c.off6) == off6Max {
+					return fmt.Errorf("compound rules: more than %d distinct IPv6 prefixes with an offset (src or dst ADDR/LEN/OFF): %w; write fewer, or the same prefix in several rules", off6Max, ErrCapacity)
+				}
+				mhi, mlo := offsetMask(int(f.off), f.p.Bits())
+				var m [16]byte
+				binary.BigEndian.PutUint64(m[:8], mhi)
+				binary.BigEndian.PutUint64(m[8:], mlo)
+				a := f.p.Addr().As16()
+				e := off6Entry{dst: f.dst, p: f.p, off: f.off}
+				for w := range 2 {
+					e.mask[w] = binary.LittleEndian.Uint64(m[8*w:])
+					e.val[w] = binary.LittleEndian.Uint64(a[8*w:]) & e.mask[w]
+				}
+				c.off6 = append(c.off6, e)
+				k = len(c.off6) - 1
+			}
+			c.off6[k].bm.set(i)
+		}
+	}
+	if len(c.off6) > 0 {
+		c.fields |= 1 << fldOff6
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package fastdrop
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -33,6 +34,9 @@ type diffGen struct {
 	// plain: compound rules only of the first matcher's fields and
 	// actions, for the program's plain path (fd_conf.features 0).
 	plain bool
+	// offs counts the IPv6 prefixes with an offset of the rule set being
+	// made (at most off6Max).
+	offs int
 }
 
 func newDiffGen(seed uint64) *diffGen {
@@ -61,6 +65,17 @@ func (g *diffGen) near(v6 bool) netip.Addr {
 		pool = g.hosts6
 	}
 	a := pool[g.rng.IntN(len(pool))].AsSlice()
+	if v6 && g.rng.IntN(3) == 0 {
+		// The host's last bits, other first bits: what a prefix with
+		// an offset matches and one from bit 0 does not.
+		for bit := range g.rng.IntN(len(a)*8 + 1) {
+			if g.rng.IntN(2) == 0 {
+				a[bit/8] ^= 0x80 >> (bit % 8)
+			}
+		}
+		addr, _ := netip.AddrFromSlice(a)
+		return addr
+	}
 	keep := g.rng.IntN(len(a)*8 + 1)
 	if g.rng.IntN(3) == 0 {
 		keep = len(a) * 8 // the host itself
@@ -132,6 +147,29 @@ func (g *diffGen) prefix(v6 bool) netip.Prefix {
 	}
 	p, _ := a.Prefix(bits)
 	return p
+}
+
+// offset gives an IPv6 prefix p an offset, sometimes (at most off6Max in
+// a rule set): a random one below its length, with the bits before it
+// cleared.
+func (g *diffGen) offset(p netip.Prefix) (netip.Prefix, uint8) {
+	if !p.Addr().Is6() || p.Bits() == 0 || g.offs >= off6Max || g.rng.IntN(3) == 0 {
+		return p, 0
+	}
+	g.offs++
+	if g.rng.IntN(2) == 0 {
+		// A pool host's bits, which near's frames keep at the end.
+		p, _ = g.hosts6[g.rng.IntN(len(g.hosts6))].Prefix(p.Bits())
+	}
+	o := g.rng.IntN(p.Bits())
+	if g.rng.IntN(3) == 0 {
+		o = min(p.Bits()-1, 56+g.rng.IntN(16)) // around bit 64, where the halves meet
+	}
+	hi, lo := offsetMask(o, p.Bits())
+	a := p.Addr().As16()
+	binary.BigEndian.PutUint64(a[:8], binary.BigEndian.Uint64(a[:8])&hi)
+	binary.BigEndian.PutUint64(a[8:], binary.BigEndian.Uint64(a[8:])&lo)
+	return netip.PrefixFrom(netip.AddrFrom16(a), p.Bits()), uint8(o)
 }
 
 // num returns a random value of a numeric field: one to four items
@@ -295,10 +333,10 @@ func (g *diffGen) compound() Rule {
 		}
 		v6 := g.rng.IntN(2) == 0
 		if g.rng.IntN(3) == 0 {
-			r.Src = g.prefix(v6)
+			r.Src, r.SrcOff = g.offset(g.prefix(v6))
 		}
 		if g.rng.IntN(4) == 0 {
-			r.Dst = g.prefix(v6)
+			r.Dst, r.DstOff = g.offset(g.prefix(v6))
 		}
 		if g.rng.IntN(2) == 0 {
 			r.HasProto = true
@@ -387,6 +425,7 @@ func plainRule(r *Rule) {
 		r.Origin = ""
 	}
 	r.TCPFlags, r.FragBits = nil, FragBits{}
+	r.SrcOff, r.DstOff = 0, 0 // (the prefixes keep their cleared first bits)
 	if r.Nums != nil {
 		n := r.Nums.Clone()
 		n.Port, n.Len, n.TTL, n.DSCP, n.Type, n.Code, n.Queue, n.FlowLabel = Num{}, Num{}, Num{}, Num{}, Num{}, Num{}, Num{}, Num{}
@@ -411,6 +450,7 @@ func activeFeatures(t testing.TB, e *Engine) uint32 {
 // rules and maxPrefix prefix rules, shuffled together.
 func (g *diffGen) ruleSet(maxCompound, maxPrefix int) *RuleSet {
 	rs := &RuleSet{Policy: g.action(), Malformed: Action(1 + g.rng.IntN(2))}
+	g.offs = 0
 	for range g.rng.IntN(maxCompound + 1) {
 		rs.Rules = append(rs.Rules, g.compound())
 	}

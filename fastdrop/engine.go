@@ -2190,6 +2190,13 @@ func (e *Engine) confFor(h uint32) gen.FastdropFdConf {
 			c.CruleH[ctzHash(i)] = v
 		}
 	}
+	c.Noff6 = uint32(len(e.cls.off6))
+	for i, o := range e.cls.off6 {
+		c.Off6[i] = gen.FastdropFdOff6{Mask: o.mask, Val: o.val, Bm: gen.FastdropFdBm{W: o.bm}}
+		if o.dst {
+			c.Off6[i].Dst = 1
+		}
+	}
 	c.Ncompound = uint32(len(e.cls.vals))
 	c.LateFrom = uint32(e.cls.lateFrom)
 	c.Ban4, c.Ban6 = packLens(e.pol.lens4), packLens(e.pol.lens6)

@@ -162,8 +162,8 @@ var matchFields [17]matchField
 
 func init() {
 	matchFields = [...]matchField{
-		prefixField("src", unsafe.Offsetof(Rule{}.Src), recPlace{recFlagSrc, recSrcLen, recSrc}, func(r *Rule) *netip.Prefix { return &r.Src }, func(p *packet) netip.Addr { return p.src }, 5),
-		prefixField("dst", unsafe.Offsetof(Rule{}.Dst), recPlace{recFlagDst, recDstLen, recDst}, func(r *Rule) *netip.Prefix { return &r.Dst }, func(p *packet) netip.Addr { return p.dst }, 7),
+		prefixField("src", unsafe.Offsetof(Rule{}.Src), recPlace{recFlagSrc, recSrcLen, recSrc, recSrcOff}, func(r *Rule) *netip.Prefix { return &r.Src }, func(r *Rule) *uint8 { return &r.SrcOff }, func(p *packet) netip.Addr { return p.src }, 5),
+		prefixField("dst", unsafe.Offsetof(Rule{}.Dst), recPlace{recFlagDst, recDstLen, recDst, recDstOff}, func(r *Rule) *netip.Prefix { return &r.Dst }, func(r *Rule) *uint8 { return &r.DstOff }, func(p *packet) netip.Addr { return p.dst }, 7),
 		protoField(),
 		portField("sport", unsafe.Offsetof(Nums{}.Sport), recFlagSport, recSport, fldSport, int(gen.FastdropFdDirectFD_DIR_SPORT), func(p *packet) uint16 { return p.sport }, 6),
 		portField("dport", unsafe.Offsetof(Nums{}.Dport), recFlagDport, recDport, fldDport, int(gen.FastdropFdDirectFD_DIR_DPORT), func(p *packet) uint16 { return p.dport }, 8),
@@ -524,28 +524,48 @@ func parseTCPFlags(s string) (*TCPFlags, string) {
 
 // prefixField is the entry of an address field, src or dst: a prefix,
 // IPv4 or IPv6, matched against the frame's address that addr returns.
-func prefixField(name string, at uintptr, rf recPlace, get func(*Rule) *netip.Prefix, addr func(*packet) netip.Addr, textPos int) matchField {
+// An IPv6 prefix may have an offset (off: Rule.SrcOff or DstOff), written
+// ADDR/LEN/OFF: then only bits OFF to LEN-1 of the address are compared
+// (FlowSpec types 1 and 2, RFC 8956 section 3.1).
+func prefixField(name string, at uintptr, rf recPlace, get func(*Rule) *netip.Prefix, off func(*Rule) *uint8, addr func(*packet) netip.Addr, textPos int) matchField {
 	return matchField{
 		name:     name,
-		examples: []string{"drop " + name + " 192.0.2.0/24", "pass tcp " + name + " 2001:db8::1/128", "drop " + name + " 0.0.0.0/0 frag"},
+		examples: []string{"drop " + name + " 192.0.2.0/24", "pass tcp " + name + " 2001:db8::1/128", "drop " + name + " 0.0.0.0/0 frag", "drop " + name + " ::1:1234:5678:9800:0/104/60", "drop udp " + name + " 0:0:db8::/48/16"},
 		need:     fmt.Sprintf("%s needs a value (want an address or prefix, e.g. %s 192.0.2.0/24, %s 2001:db8::/32 or %s 192.0.2.1)", name, name, name, name),
 		parse: func(r *Rule, v string) string {
-			pfx, msg := parsePrefix(v)
+			pv, o, msg := cutOffset(v)
 			if msg != "" {
 				return fmt.Sprintf("%s %s: %s", name, clipped(v), msg)
 			}
+			pfx, msg := parsePrefix(pv)
+			if msg != "" {
+				return fmt.Sprintf("%s %s: %s", name, clipped(v), msg)
+			}
+			if o >= 0 && pfx.Addr().Is4() {
+				return fmt.Sprintf("%s %s: IPv4 prefixes have no offset (RFC 8955 matches them from bit 0; offsets are IPv6's, RFC 8956): write %s %s", name, clipped(v), name, pv)
+			}
 			*get(r) = pfx
+			*off(r) = uint8(max(o, 0))
 			return ""
 		},
-		at:        at,
-		store:     storePrefix,
-		text:      func(r *Rule) string { return name + " " + get(r).String() },
+		at:    at,
+		store: storePrefix,
+		text: func(r *Rule) string {
+			if o := *off(r); o != 0 {
+				return name + " " + get(r).String() + "/" + strconv.Itoa(int(o))
+			}
+			return name + " " + get(r).String()
+		},
 		textPos:   textPos,
 		ip:        true,
 		checkZero: true, // an invalid prefix is not set, and is refused
 		check: func(r *Rule) error {
 			p := *get(r)
-			if err := validatePrefix(name, p); err != nil {
+			if o := int(*off(r)); o != 0 {
+				if err := validateOffset(name, p, o); err != nil {
+					return err
+				}
+			} else if err := validatePrefix(name, p); err != nil {
 				return err
 			}
 			// A frame has one family: prefixes of two never match
@@ -564,12 +584,15 @@ func prefixField(name string, at uintptr, rf recPlace, get func(*Rule) *netip.Pr
 			}
 			return nil
 		},
-		match:   func(r *Rule, pkt *packet) bool { return pkt.isIP && get(r).Contains(addr(pkt)) },
+		match: func(r *Rule, pkt *packet) bool {
+			return pkt.isIP && offsetContains(*get(r), int(*off(r)), addr(pkt))
+		},
 		recFlag: rf.flag,
-		rec:     []recMember{{name + "_len", rf.len, 1}, {"family", recFamily, 1}, {name, rf.val, 16}},
+		rec:     []recMember{{name + "_len", rf.len, 1}, {"family", recFamily, 1}, {name, rf.val, 16}, {name + "_off", rf.off, 1}},
 		encode: func(b []byte, r *Rule) {
 			p := *get(r)
 			b[rf.len] = uint8(p.Bits())
+			b[rf.off] = *off(r)
 			if p.Addr().Is4() {
 				b[recFamily] = 4
 				a := p.Addr().As4()
@@ -589,15 +612,86 @@ func prefixField(name string, at uintptr, rf recPlace, get func(*Rule) *netip.Pr
 				a = netip.AddrFrom16([16]byte(b[rf.val : rf.val+16]))
 			}
 			*get(r) = netip.PrefixFrom(a, int(b[rf.len]))
+			*off(r) = b[rf.off]
 		},
 	}
+}
+
+// cutOffset splits "ADDR/LEN/OFF" into "ADDR/LEN" and OFF; -1 if v has no
+// offset. The offset is checked against the prefix by validateOffset.
+func cutOffset(v string) (string, int, string) {
+	if strings.Count(v, "/") != 2 {
+		return v, -1, ""
+	}
+	i := strings.LastIndexByte(v, '/')
+	o, ok := parseUint(v[i+1:], 3)
+	if !ok || o > 128 {
+		return "", 0, fmt.Sprintf("prefix offset %q out of range (want ADDR/LEN/OFFSET with OFFSET 0 to LEN-1, as in 2001:db8::/64/32)", clipped(v[i+1:]))
+	}
+	return v[:i], o, ""
+}
+
+// validateOffset checks an IPv6 prefix p with offset o (not 0): the
+// offset is less than the length (RFC 8956 3.1: offset < length < 129),
+// and the address has no bit set outside bits o to p.Bits()-1.
+func validateOffset(field string, p netip.Prefix, o int) error {
+	if !p.IsValid() || !p.Addr().Is6() || p.Addr().Zone() != "" {
+		return fmt.Errorf("%s %s/%d: only an IPv6 prefix has an offset (RFC 8956); write the prefix without one", field, p, o)
+	}
+	if o >= p.Bits() {
+		return fmt.Errorf("%s %s/%d: the offset must be less than the prefix length (bits %d to %d are compared; RFC 8956 3.1): write e.g. %s/%d/%d", field, p, o, o, p.Bits()-1, p.Addr(), max(p.Bits(), o+1), o)
+	}
+	a := p.Addr().As16()
+	hi, lo := binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(a[8:])
+	mhi, mlo := offsetMask(o, p.Bits())
+	if hi&^mhi != 0 || lo&^mlo != 0 {
+		var m [16]byte
+		binary.BigEndian.PutUint64(m[:8], hi&mhi)
+		binary.BigEndian.PutUint64(m[8:], lo&mlo)
+		return fmt.Errorf("%s %s/%d has bits set outside bits %d to %d, which are all it compares; write %s/%d/%d", field, p, o, o, p.Bits()-1, netip.AddrFrom16(m), p.Bits(), o)
+	}
+	return nil
+}
+
+// offsetMask returns the 128-bit mask of bits o to bits-1 (bit 0 the most
+// significant) as two big-endian halves.
+func offsetMask(o, bits int) (hi, lo uint64) {
+	top := func(n int) (uint64, uint64) { // the first n bits
+		switch {
+		case n <= 0:
+			return 0, 0
+		case n < 64:
+			return ^uint64(0) << (64 - n), 0
+		case n < 128:
+			return ^uint64(0), ^uint64(0) << (128 - n)
+		}
+		return ^uint64(0), ^uint64(0)
+	}
+	h1, l1 := top(bits)
+	h0, l0 := top(o)
+	return h1 &^ h0, l1 &^ l0
+}
+
+// offsetContains reports whether a has bits o to p.Bits()-1 of p (all of
+// p with o = 0).
+func offsetContains(p netip.Prefix, o int, a netip.Addr) bool {
+	if o == 0 {
+		return p.Contains(a)
+	}
+	if !a.Is6() {
+		return false
+	}
+	x, y := a.As16(), p.Addr().As16()
+	mhi, mlo := offsetMask(o, p.Bits())
+	return binary.BigEndian.Uint64(x[:8])&mhi == binary.BigEndian.Uint64(y[:8])&mhi &&
+		binary.BigEndian.Uint64(x[8:])&mlo == binary.BigEndian.Uint64(y[8:])&mlo
 }
 
 // recPlace is where a field is in struct fd_rule_rec: its flag, and the
 // offsets of its prefix length (address fields) and of its value.
 type recPlace struct {
-	flag     uint32
-	len, val int
+	flag          uint32
+	len, val, off int
 }
 
 // flowLabelField is the entry of flowlabel: the IPv6 flow label (FlowSpec

@@ -1,6 +1,7 @@
 package fastdrop
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -590,4 +591,71 @@ drop ether ipv6 frag flowlabel 9                            # 4
 	}
 	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
 	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
+}
+
+// TestKernelPrefixOffset: an IPv6 src or dst with an offset (ADDR/LEN/OFF,
+// FlowSpec types 1 and 2, RFC 8956 3.1) matches the frames whose address
+// has bits OFF to LEN-1 of ADDR, whatever its first OFF bits: offsets
+// within the first 64 bits, past them, and bits on both sides of bit 64
+// (where the program's two address words meet); src and dst together and
+// with a prefix from bit 0 on the other field; offset 0 written out; never
+// an IPv4 frame; with up to 64 compound rules and with more.
+func TestKernelPrefixOffset(t *testing.T) {
+	rules := `
+drop src ::1:1234:5678:9800:0/104/60              # 0: RFC 8956 3.8.2's pattern, bits 60-103
+drop udp dst 0:0:db8::/48/32                      # 1: bits 32-47
+drop src ::8000:0:0:0/65/64                       # 2: bit 64 alone
+drop dst 0:0:0:ff:ff00::/72/56                    # 3: bits 56-71, across bit 64
+pass src 2001:db8:ffff::/48/0                     # 4: offset 0 is a prefix from bit 0 (a prefix rule)
+drop src 0:0:0:1::/64/48 dst 0:0:0:2::/64/48      # 5: both fields
+drop src 2001:db8::/32 dst ::a/128/112            # 6: with a prefix from bit 0
+`
+	u6 := func(src, dst string) []byte { return spec6(src, dst, frames.ProtoUDP, 1, 2).Build().Bytes }
+	tc6 := func(src, dst string) []byte { return spec6(src, dst, frames.ProtoTCP, 1, 2).Build().Bytes }
+	cases := []matchCase{
+		{"bits 60-103 equal, first bits other", u6("2001:db8:ab:cd1:1234:5678:98ff:1", "fe80::1"), kCompound(ActionDrop, 0)},
+		{"bits 60-103 equal, first bits zero", u6("::1:1234:5678:9800:0", "fe80::1"), kCompound(ActionDrop, 0)},
+		{"bit 63 differs", u6("2001:db8:ab:cd0:1234:5678:98ff:1", "fe80::1"), kDefault(ActionPass)},
+		{"bit 103 differs", u6("2001:db8:ab:cd1:1234:5678:99ff:1", "fe80::1"), kDefault(ActionPass)},
+		{"bit 64 differs: not rule 0, but rule 2 (bit 64 set)", u6("2001:db8:ab:cd1:9234:5678:98ff:1", "fe80::1"), kCompound(ActionDrop, 2)},
+		{"dst bits 32-47", u6("fe80::1", "2001:db8:db8::1"), kCompound(ActionDrop, 1)},
+		{"dst bits 32-47, tcp", tc6("fe80::1", "2001:db8:db8::1"), kDefault(ActionPass)},
+		{"dst bits 32-47 differ", u6("fe80::1", "2001:db8:db9::1"), kDefault(ActionPass)},
+		{"bit 64 set", u6("2001:db8::8000:0:0:1", "fe80::1"), kCompound(ActionDrop, 2)},
+		{"bit 64 clear", u6("2001:db8::7fff:0:0:1", "fe80::1"), kDefault(ActionPass)},
+		{"bits 56-71 set", u6("fe80::1", "2001:db8:1:7ff:ff00::1"), kCompound(ActionDrop, 3)},
+		{"bit 71 clear", u6("fe80::1", "2001:db8:1:ff:fe00::1"), kDefault(ActionPass)},
+		{"bit 63 clear", u6("fe80::1", "2001:db8:1:fe:ff00::1"), kDefault(ActionPass)},
+		{"offset 0: a prefix rule", u6("2001:db8:ffff::1", "fe80::1"), kPrefix(ActionPass, 4)},
+		{"offset 0, first bits other", u6("2001:db9:ffff::1", "fe80::1"), kDefault(ActionPass)},
+		{"both fields", u6("2001:db8:0:1::5", "2001:db8:0:2::5"), kCompound(ActionDrop, 5)},
+		{"both fields swapped", u6("2001:db8:0:2::5", "2001:db8:0:1::5"), kDefault(ActionPass)},
+		{"src only of both", u6("2001:db8:0:1::5", "2001:db8:0:3::5"), kDefault(ActionPass)},
+		{"with a prefix from bit 0", u6("2001:db8::1", "fe80:1::a"), kCompound(ActionDrop, 6)},
+		{"with a prefix from bit 0, src out", u6("2001:db9::1", "fe80:1::a"), kDefault(ActionPass)},
+		{"tagged, after extension headers", spec6Bytes(tagged(spec6("2001:db8:ab:cd1:1234:5678:98ff:1", "fe80::1", frames.ProtoUDP, 1, 2, exth(frames.ProtoHopByHop, 0)), frames.TPID8021Q)), kCompound(ActionDrop, 0)},
+		{"non-first fragment", spec6Bytes(spec6("2001:db8::8000:0:0:1", "fe80::1", frames.ProtoUDP, 1, 2, frag6h(100, false))), kCompound(ActionDrop, 2)},
+		{"IPv4 never", spec4("0.0.0.1", "0.0.0.10", frames.ProtoUDP, 1, 2).Build().Bytes, kDefault(ActionPass)},
+	}
+	t.Run("64 rules or fewer", func(t *testing.T) { checkCases(t, rules, cases) })
+	t.Run("more than 64 rules", func(t *testing.T) { checkCases(t, rules+fillerRules(70), cases) })
+}
+
+func spec6Bytes(s frames.Spec) []byte { return s.Build().Bytes }
+
+// TestPrefixOffsetCapacity: more distinct IPv6 prefixes with an offset
+// than the program keeps is refused, saying what to do, and nothing
+// changes; off6Max of them are taken.
+func TestPrefixOffsetCapacity(t *testing.T) {
+	e := newTestEngine(t, testOptions)
+	var b strings.Builder
+	for i := range off6Max {
+		fmt.Fprintf(&b, "drop src ::%x:0:0/96/80\n", i+1)
+	}
+	mustApply(t, e, kParse(t, b.String()))
+	fmt.Fprintf(&b, "drop dst ::%x:0:0/96/80\n", 99)
+	err := e.Apply(kParse(t, b.String()))
+	if err == nil || !errors.Is(err, ErrCapacity) || !strings.Contains(err.Error(), "more than 16 distinct IPv6 prefixes with an offset") {
+		t.Fatalf("Apply of %d offset prefixes: %v, want ErrCapacity naming the limit", off6Max+1, err)
+	}
 }

@@ -35,12 +35,13 @@ var layoutFingerprints = map[uint32]string{
 	17: "4611f0412542e26c", // the policers on jiffies (fd_ban.end, fd_police.ban_end), fd_pol_src a set-associative array (fd_src_set, fd_src_ent, FD_SRC_WAYS), fd_pcnt.evicted; fd_police, fd_pcnt, fd_src_key, fd_ban fingerprinted from here on
 	// 16 was h/hot's before it merged main's 17: never released.
 	18: "9b7aba8b9cecd610", // fd_conf.features and FD_FEAT_*: the plain path for rule sets that need none
+	19: "03f5e88296f5ee27", // IPv6 prefix offsets: fd_rule_rec.src_off and dst_off, fd_conf.noff6 and off6 (struct fd_off6, fingerprinted from here on), FD_FLD_OFF6
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.
 var layoutTypes = []string{
 	"fd_layout", "fd_action", "fd_field", "fd_rec_flags",
-	"fd_state", "fd_stamp", "fd_conf", "fd_bm", "fd_rule_rec", "fd_v6_ent", "fd_v4_sparse", "counter",
+	"fd_state", "fd_stamp", "fd_conf", "fd_bm", "fd_off6", "fd_rule_rec", "fd_v6_ent", "fd_v4_sparse", "counter",
 	"fd_cap_layout", "fd_cap_ctl", "fd_cap_sel", "fd_cap_cnt", "fd_cap_rec", "fd_cap_cpu",
 	"fd_police", "fd_pcnt", "fd_src_key", "fd_ban", "fd_src_ent", "fd_src_set",
 }

@@ -316,6 +316,13 @@ func TestParseErrors(t *testing.T) {
 		{"drop icmp flowlabel 1", `rules.txt:1: flowlabel never matches with icmp (IPv4's ICMP): write icmpv6`},
 		{"drop flowlabel 0x100000", `rules.txt:1: flowlabel 0x100000: 1048576 is not a flow label 0-1048575 (want an IPv6 flow label 0-1048575 or 0x0-0xfffff, a range like 0x100-0x1ff, a comparison like <0x100, a list like 0x12345,7 or a negated list like !0x12345,7)`},
 		{"drop flowlabel 1048576", `rules.txt:1: flowlabel 1048576: 1048576 is not a flow label 0-1048575 (want an IPv6 flow label 0-1048575 or 0x0-0xfffff, a range like 0x100-0x1ff, a comparison like <0x100, a list like 0x12345,7 or a negated list like !0x12345,7)`},
+		// IPv6 prefix offsets (RFC 8956 3.1).
+		{"drop src 192.0.2.0/24/8", `rules.txt:1: src 192.0.2.0/24/8: IPv4 prefixes have no offset (RFC 8955 matches them from bit 0; offsets are IPv6's, RFC 8956): write src 192.0.2.0/24`},
+		{"drop dst 2001:db8::/32/32", `rules.txt:1: dst 2001:db8::/32/32: the offset must be less than the prefix length (bits 32 to 31 are compared; RFC 8956 3.1): write e.g. 2001:db8::/33/32`},
+		{"drop src 2001:db8::/64/32", `rules.txt:1: src 2001:db8::/64/32 has bits set outside bits 32 to 63, which are all it compares; write ::/64/32`},
+		{"drop src 0:0:db8::1/48/32", `rules.txt:1: src 0:0:db8::1/48/32 has bits set outside bits 32 to 47, which are all it compares; write 0:0:db8::/48/32`},
+		{"drop src ::/0/129", `rules.txt:1: src ::/0/129: prefix offset "129" out of range (want ADDR/LEN/OFFSET with OFFSET 0 to LEN-1, as in 2001:db8::/64/32)`},
+		{"drop src ::/64/x", `rules.txt:1: src ::/64/x: prefix offset "x" out of range (want ADDR/LEN/OFFSET with OFFSET 0 to LEN-1, as in 2001:db8::/64/32)`},
 		{"drop flowlabel 0x", `rules.txt:1: flowlabel 0x: "0x" is not a flow label (want an IPv6 flow label 0-1048575 or 0x0-0xfffff, a range like 0x100-0x1ff, a comparison like <0x100, a list like 0x12345,7 or a negated list like !0x12345,7)`},
 		{"drop flowlabel 0xfffff,!1", `rules.txt:1: flowlabel 0xfffff,!1: ! goes before the whole list and negates it (write !0xfffff,1 for none of them)`},
 		{"drop udp dport 53,,123", `rules.txt:1: dport 53,,123: empty item in the list (write the items separated by single commas, as in 53,123)`},

@@ -104,6 +104,13 @@ type Rule struct {
 	Src, Dst netip.Prefix // zero Prefix = any. Must be masked, IPv4 or IPv6 (no IPv4-mapped IPv6, no zone).
 	Proto    uint8        // L4 protocol number (IPv4 protocol / IPv6 final next header); only with HasProto
 	HasProto bool
+	// SrcOff and DstOff are the prefix offsets of IPv6 Src and Dst
+	// (FlowSpec types 1 and 2, RFC 8956 section 3.1): the prefix then
+	// matches bits SrcOff to Src.Bits()-1 of the address only, and
+	// Src's address has no bit set before SrcOff. 0: from bit 0, as
+	// any prefix. Written "src 2001:db8::/64/32" (address/length/offset,
+	// as GoBGP and ExaBGP write it).
+	SrcOff, DstOff uint8
 	// Nums holds the numeric fields (sport, dport, port, len, ttl, dscp,
 	// ICMP type and code, queue): nil if the rule has none. The port
 	// fields need HasProto with Proto 6 (tcp) or 17 (udp), type and code
@@ -139,7 +146,7 @@ type Rule struct {
 // compound rule list. Line does not matter. (A Proto without HasProto
 // or an invalid dst, which Validate refuses, make a rule compound too.)
 func (r Rule) IsPrefixOnly() bool {
-	if !r.Src.IsValid() || r.Proto != 0 || r.Action == ActionLimit || r.Limit != nil {
+	if !r.Src.IsValid() || r.Proto != 0 || r.Action == ActionLimit || r.Limit != nil || r.SrcOff != 0 {
 		return false
 	}
 	// The common case, fast (it is asked for each of a million rules):

@@ -146,7 +146,8 @@ type FastdropFdConf struct {
 	LateFrom  uint32
 	Ban4      uint32
 	Ban6      uint32
-	_         [4]byte
+	Noff6     uint32
+	Off6      [16]FastdropFdOff6
 }
 
 type FastdropFdDirect uint32
@@ -205,6 +206,7 @@ const (
 	FastdropFdFieldFD_FLD_PORT      FastdropFdField = 16
 	FastdropFdFieldFD_FLD_FLOWLABEL FastdropFdField = 17
 	FastdropFdFieldFD_FLD_MAX       FastdropFdField = 18
+	FastdropFdFieldFD_FLD_OFF6      FastdropFdField = 18
 )
 
 type FastdropFdLayout uint32
@@ -213,7 +215,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 18
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 19
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_LISTS_SIZE      FastdropFdLayout = 1024
@@ -233,6 +235,7 @@ const (
 	FastdropFdLayoutFD_POL_TIME_SHIFT  FastdropFdLayout = 4
 	FastdropFdLayoutFD_POL_BYTE_SHIFT  FastdropFdLayout = 16
 	FastdropFdLayoutFD_BAN_LENS        FastdropFdLayout = 4
+	FastdropFdLayoutFD_OFF6MAX         FastdropFdLayout = 16
 	FastdropFdLayoutFD_SRC_WAYS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_DIRECT          FastdropFdLayout = 65536
 	FastdropFdLayoutFD_FRONT_PORTS_N   FastdropFdLayout = 262144
@@ -299,6 +302,15 @@ const (
 	FastdropFdLimFlagsFD_LIM_BITS   FastdropFdLimFlags = 2
 	FastdropFdLimFlagsFD_LIM_PERSRC FastdropFdLimFlags = 4
 )
+
+type FastdropFdOff6 struct {
+	_    structs.HostLayout
+	Mask [2]uint64
+	Val  [2]uint64
+	Bm   FastdropFdBm
+	Dst  uint32
+	Pad  uint32
+}
 
 type FastdropFdPcnt struct {
 	_             structs.HostLayout
@@ -403,7 +415,9 @@ type FastdropFdRuleRec struct {
 	DscpOp     uint8
 	TypeOp     uint8
 	CodeOp     uint8
-	Rsv        [16]uint8
+	SrcOff     uint8
+	DstOff     uint8
+	Rsv        [14]uint8
 }
 
 type FastdropFdSrcKey struct {

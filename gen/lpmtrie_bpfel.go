@@ -145,7 +145,9 @@ type LpmtrieFdRuleRec struct {
 	DscpOp     uint8
 	TypeOp     uint8
 	CodeOp     uint8
-	Rsv        [16]uint8
+	SrcOff     uint8
+	DstOff     uint8
+	Rsv        [14]uint8
 }
 
 type LpmtrieFdSrcKey struct {
