@@ -430,9 +430,9 @@ func (a *Agent) reconcileFiles(ic InterfaceConfig, force bool) {
 		keep := rs.Rules[:0:0]
 		for i := range rs.Rules {
 			if why, ok := ce.refused[i]; ok {
-				refused = append(refused, rs.Rules[i].String()+": "+why)
+				refused = append(refused, rs.Rules[i].Written()+": "+why)
 				byBGP = byBGP || strings.Contains(why, "origin "+OriginFlowSpec)
-				a.log.Warn("file rule refused", "interface", ic.Name, "rule", rs.Rules[i].String(), "reason", why)
+				a.log.Warn("file rule refused", "interface", ic.Name, "rule", rs.Rules[i].Written(), "reason", why)
 			} else {
 				keep = append(keep, rs.Rules[i])
 			}

@@ -135,13 +135,14 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 19,
+	FD_LAYOUT_VERSION = 20,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
 	FD_ORIGIN_LEN = 16,   /* fd_rule_rec.origin */
 	FD_LISTS_SIZE = 1024, /* a value of fd_rule_lists */
 	FD_LISTS_MAX = 1024,  /* its entries: 4 x FD_MAX_COMPOUND */
+	FD_TEXT_SIZE = 2048,  /* a value of fd_rule_text (as many entries) */
 	FD_COUNTER_SIZE = 16, /* struct counter */
 	FD_V6_ENT_SIZE = 32,  /* struct fd_v6_ent */
 
@@ -644,6 +645,9 @@ enum fd_rec_flags {
 	 * are in fd_rule_lists under the rule's slot. */
 	FD_REC_LISTS = 32768,
 	FD_REC_FLOWLABEL = 65536, /* flowlabel: always in fd_rule_lists */
+	/* The rule was written otherwise than its canonical form: its text
+	 * as written is in fd_rule_text under the rule's slot. */
+	FD_REC_TEXT = 131072,
 };
 
 /* fd_rule_rec.len_op: how a numeric field's range was written. */
@@ -827,6 +831,18 @@ struct {
 	__uint(value_size, FD_LISTS_SIZE);
 	__uint(max_entries, FD_LISTS_MAX);
 } fd_rule_lists SEC(".maps");
+
+/* The text of the compound rules written otherwise than their canonical
+ * form (FD_REC_TEXT), by the rules' slots: a u16 length, then the text
+ * (fastdrop.Rule.Text), so that a later process lists a rule as its file
+ * has it. The program never reads it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__uint(value_size, FD_TEXT_SIZE);
+	__uint(max_entries, FD_LISTS_MAX);
+} fd_rule_text SEC(".maps");
 
 /* Counter slots per CPU (in each value of fd_counters). */
 volatile const __u32 fd_counter_slots = 1024;

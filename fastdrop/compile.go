@@ -165,7 +165,7 @@ func compoundKeys(rules []Rule) map[int]string {
 		if rules[i].IsPrefixOnly() {
 			continue
 		}
-		s := rules[i].String()
+		s := rules[i].Written()
 		if o := rules[i].Origin; o != "" {
 			s = o + "\x00" + s // the same text from two origins is two rules
 		}
@@ -247,6 +247,7 @@ const (
 	recFlagFrag  = uint32(gen.FastdropFdRecFlagsFD_REC_FRAG)
 	recFlagQueue = uint32(gen.FastdropFdRecFlagsFD_REC_QUEUE)
 	recFlagLists = uint32(gen.FastdropFdRecFlagsFD_REC_LISTS)
+	recFlagText  = uint32(gen.FastdropFdRecFlagsFD_REC_TEXT)
 )
 
 // Byte offsets in struct fd_rule_rec; TestRecordLayout checks them against
@@ -311,6 +312,9 @@ func encodeRecord(b []byte, r *Rule, order, added, removed uint32) {
 	if listsBytes(r) > 0 {
 		flags |= recFlagLists // the fields are in fd_rule_lists (Engine.writeRecords)
 	}
+	if encodeText(r) != nil {
+		flags |= recFlagText // the text as written is in fd_rule_text
+	}
 	le.PutUint32(b[recFlags:], flags)
 	copy(b[recOrigin:recOrigin+originLen], r.Origin)
 	le.PutUint32(b[recLine:], uint32(max(r.Line, 0)))
@@ -318,6 +322,28 @@ func encodeRecord(b []byte, r *Rule, order, added, removed uint32) {
 	le.PutUint32(b[recAdded:], added)
 	le.PutUint32(b[recRemoved:], removed)
 	le.PutUint32(b[recSample:], r.Sample)
+}
+
+// textSize is a value of fd_rule_text: a u16 length, then the text.
+const textSize = int(gen.FastdropFdLayoutFD_TEXT_SIZE)
+
+// encodeText is r's entry of fd_rule_text: its text as written, if it has
+// one that is not its canonical form and fits (nil otherwise: a later
+// process shows the canonical form, which parses to the same rule).
+func encodeText(r *Rule) []byte {
+	if r.Text == "" || len(r.Text) > textSize-2 || r.Text == r.String() {
+		return nil
+	}
+	b := make([]byte, textSize)
+	binary.LittleEndian.PutUint16(b, uint16(len(r.Text)))
+	copy(b[2:], r.Text)
+	return b
+}
+
+// decodeText is the text of an entry of fd_rule_text.
+func decodeText(b []byte) string {
+	n := min(int(binary.LittleEndian.Uint16(b)), len(b)-2)
+	return string(b[2 : 2+n])
 }
 
 // decodeRecord reads a record; ok is false for a free slot.

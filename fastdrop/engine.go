@@ -267,7 +267,7 @@ var mapNames = []string{
 	gen.FastdropMapFdMain,
 	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV4Sparse, gen.FastdropMapFdV6Tab,
 	gen.FastdropMapFdCounters,
-	gen.FastdropMapFdRules, gen.FastdropMapFdRuleLists,
+	gen.FastdropMapFdRules, gen.FastdropMapFdRuleLists, gen.FastdropMapFdRuleText,
 	gen.FastdropMapFdXsks, gen.FastdropMapFdXskCounters,
 	gen.FastdropMapFdPolicers, gen.FastdropMapFdPolCnt, gen.FastdropMapFdPolSrc, gen.FastdropMapFdBans,
 	// Captures (package capture): per-CPU counts and each capture's ring.
@@ -310,10 +310,11 @@ type Engine struct {
 	slots   []uint32
 	orderOf []uint32 // by slot: the order its record holds
 	genOf   []uint32 // by slot: the generation its rule came with
-	// listSlots are the slots with an entry in fd_rule_lists (the
-	// numeric fields that rule records cannot hold: fields_num.go); it
-	// mirrors the map, not the rule set.
-	listSlots map[uint32]bool
+	// sideSlots are the slots with an entry in each side map (sideLists:
+	// the numeric fields that rule records cannot hold, fields_num.go;
+	// sideText: the text as written); they mirror the maps, not the rule
+	// set.
+	sideSlots [sideMaps]map[uint32]bool
 	policy    Action
 	malformed Action
 	// prefixSlot finds a prefix rule's slot by key; nil until needed
@@ -803,7 +804,7 @@ func originKeyOf(r *Rule) originKey {
 	if r.IsPrefixOnly() {
 		return originKey{src: r.Src, action: r.Action, sample: r.Sample}
 	}
-	return originKey{text: r.String()}
+	return originKey{text: r.Written()}
 }
 
 // planOrigin is ApplyOrigin's change as a plan of added and removed
@@ -1089,7 +1090,9 @@ func (e *Engine) namePrefixDup(p *plan, dup *dupPrefixError) error {
 	return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", j, ruleWhere(p.rules[j]), ErrDuplicatePrefix, p.rules[j].Src, i, ruleWhere(p.rules[i]))
 }
 
-// sameRule reports whether a and b are the same rule but for Line.
+// sameRule reports whether a and b are the same rule but for Line: for
+// compound rules, the same text as written (Written), so that a rule
+// written otherwise is a new one, whose record (and text) is written.
 func sameRule(a, b *Rule) bool {
 	if a.Origin != b.Origin {
 		return false
@@ -1097,7 +1100,7 @@ func sameRule(a, b *Rule) bool {
 	if a.IsPrefixOnly() || b.IsPrefixOnly() {
 		return a.IsPrefixOnly() && b.IsPrefixOnly() && a.Src == b.Src && a.Action == b.Action && a.Sample == b.Sample
 	}
-	return a.String() == b.String()
+	return a.Written() == b.Written()
 }
 
 // plan is a change to the rule set: the new rules in order, with their
@@ -1419,9 +1422,23 @@ func (e *Engine) loadLocked() error {
 			}
 			rules = append(rules, Rule{})
 			order := decodeRecordInto(rb, &rules[len(rules)-1])
-			if binary.LittleEndian.Uint32(rb[recFlags:])&recFlagLists != 0 {
-				if err := e.readLists(s, &rules[len(rules)-1]); err != nil {
-					return err
+			if flags := binary.LittleEndian.Uint32(rb[recFlags:]); flags&(recFlagLists|recFlagText) != 0 {
+				r := &rules[len(rules)-1]
+				if flags&recFlagLists != 0 {
+					b, err := e.readSide(sideLists, s)
+					if err == nil {
+						err = decodeLists(b, r)
+					}
+					if err != nil {
+						return err
+					}
+				}
+				if flags&recFlagText != 0 {
+					b, err := e.readSide(sideText, s)
+					if err != nil {
+						return err
+					}
+					r.Text = decodeText(b)
 				}
 			}
 			if r := &rules[len(rules)-1]; r.Action == ActionLimit {
@@ -1532,8 +1549,8 @@ func (e *Engine) loadLocked() error {
 		freed = append(freed, recWrite{slot: s})
 	}
 	if len(freed) > 0 {
-		// Their lists too, if they had any (after the records).
-		if err := e.deleteLists(freed); err != nil {
+		// Their lists and texts too, if they had any (after the records).
+		if err := e.deleteSide(freed); err != nil {
 			return err
 		}
 	}
@@ -1950,11 +1967,11 @@ func (e *Engine) writeRecords(ws []recWrite) error {
 			j++
 		}
 		buf = slices.Grow(buf[:0], (j-i)*recSize)[:(j-i)*recSize]
-		// A record that says its fields are in fd_rule_lists is written
-		// after them, and an entry no record needs any more is deleted
-		// after the record: a later process always finds what a record
-		// refers to.
-		if err := e.writeLists(ws[i:j]); err != nil {
+		// A record that says its fields are in fd_rule_lists (or its text
+		// in fd_rule_text) is written after them, and an entry no record
+		// needs any more is deleted after the record: a later process
+		// always finds what a record refers to.
+		if err := e.writeSide(ws[i:j]); err != nil {
 			return err
 		}
 		for k, w := range ws[i:j] {
@@ -1971,7 +1988,7 @@ func (e *Engine) writeRecords(ws []recWrite) error {
 		if _, err := e.mem.rules.WriteAt(buf, int64(ws[i].slot)*int64(recSize)); err != nil {
 			return fmt.Errorf("write rule records: %w", err)
 		}
-		if err := e.deleteLists(ws[i:j]); err != nil {
+		if err := e.deleteSide(ws[i:j]); err != nil {
 			return err
 		}
 		i = j
@@ -1981,85 +1998,111 @@ func (e *Engine) writeRecords(ws []recWrite) error {
 
 func (e *Engine) addedGen(slot uint32) uint32 { return e.genOf[slot] }
 
-// listsMap returns fd_rule_lists, with e.listSlots read from it the first
+// A side map holds, by rule slot, what some records refer to but cannot
+// hold themselves: fd_rule_lists a rule's value lists (fields_num.go),
+// fd_rule_text its text as written (Rule.Text). A record's flag
+// (FD_REC_LISTS, FD_REC_TEXT) says its slot has an entry.
+const (
+	sideLists = iota
+	sideText
+	sideMaps
+)
+
+// sideSpec is a side map's name, value size and the entry a rule needs
+// in it (nil: none).
+type sideSpec struct {
+	name, what string
+	size       int
+	encode     func(r *Rule) []byte
+}
+
+var sideSpecs = [sideMaps]sideSpec{
+	sideLists: {gen.FastdropMapFdRuleLists, "lists", listsSize, encodeLists},
+	sideText:  {gen.FastdropMapFdRuleText, "text", textSize, encodeText},
+}
+
+// sideMap returns side map k, with e.sideSlots[k] read from it the first
 // time.
-func (e *Engine) listsMap() (*ebpf.Map, error) {
-	m := e.maps[gen.FastdropMapFdRuleLists]
-	if e.listSlots == nil {
-		e.listSlots = make(map[uint32]bool)
-		var k uint32
-		var v [listsSize]byte
+func (e *Engine) sideMap(k int) (*ebpf.Map, error) {
+	m := e.maps[sideSpecs[k].name]
+	if e.sideSlots[k] == nil {
+		e.sideSlots[k] = make(map[uint32]bool)
+		var key uint32
+		v := make([]byte, sideSpecs[k].size)
 		it := m.Iterate()
-		for it.Next(&k, &v) {
-			e.listSlots[k] = true
+		for it.Next(&key, &v) {
+			e.sideSlots[k][key] = true
 		}
 		if err := it.Err(); err != nil {
-			return nil, fmt.Errorf("fastdrop: read rule lists: %w", err)
+			return nil, fmt.Errorf("fastdrop: read rule %s: %w", sideSpecs[k].what, err)
 		}
 	}
 	return m, nil
 }
 
-// writeLists writes the fd_rule_lists entries of the rules of ws that
-// have fields their records cannot hold.
-func (e *Engine) writeLists(ws []recWrite) error {
-	var m *ebpf.Map
-	for _, w := range ws {
-		if w.rule == nil || w.rule.Nums == nil {
-			continue
-		}
-		b := encodeLists(w.rule)
-		if b == nil {
-			continue
-		}
-		if m == nil {
-			var err error
-			if m, err = e.listsMap(); err != nil {
-				return err
+// writeSide writes the side maps' entries of the rules of ws that need
+// them.
+func (e *Engine) writeSide(ws []recWrite) error {
+	for k := range sideMaps {
+		var m *ebpf.Map
+		for _, w := range ws {
+			if w.rule == nil {
+				continue
 			}
+			b := sideSpecs[k].encode(w.rule)
+			if b == nil {
+				continue
+			}
+			if m == nil {
+				var err error
+				if m, err = e.sideMap(k); err != nil {
+					return err
+				}
+			}
+			if err := m.Put(w.slot, b); err != nil {
+				return fmt.Errorf("fastdrop: write the %s of rule %q: %w", sideSpecs[k].what, w.rule.String(), err)
+			}
+			e.sideSlots[k][w.slot] = true
 		}
-		if err := m.Put(w.slot, b); err != nil {
-			return fmt.Errorf("fastdrop: write the lists of rule %q: %w", w.rule.String(), err)
-		}
-		e.listSlots[w.slot] = true
 	}
 	return nil
 }
 
-// deleteLists deletes the fd_rule_lists entries of the slots of ws whose
-// rules (if any) no longer have lists.
-func (e *Engine) deleteLists(ws []recWrite) error {
-	if len(e.listSlots) == 0 && e.listSlots != nil {
-		return nil
-	}
-	m, err := e.listsMap()
-	if err != nil {
-		return err
-	}
-	for _, w := range ws {
-		if !e.listSlots[w.slot] || w.rule != nil && listsBytes(w.rule) > 0 {
+// deleteSide deletes the side maps' entries of the slots of ws whose
+// rules (if any) no longer need them.
+func (e *Engine) deleteSide(ws []recWrite) error {
+	for k := range sideMaps {
+		if len(e.sideSlots[k]) == 0 && e.sideSlots[k] != nil {
 			continue
 		}
-		if err := m.Delete(w.slot); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("fastdrop: delete rule lists: %w", err)
+		m, err := e.sideMap(k)
+		if err != nil {
+			return err
 		}
-		delete(e.listSlots, w.slot)
+		for _, w := range ws {
+			if !e.sideSlots[k][w.slot] || w.rule != nil && sideSpecs[k].encode(w.rule) != nil {
+				continue
+			}
+			if err := m.Delete(w.slot); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("fastdrop: delete rule %s: %w", sideSpecs[k].what, err)
+			}
+			delete(e.sideSlots[k], w.slot)
+		}
 	}
 	return nil
 }
 
-// readLists sets r's fields that the record of slot keeps in
-// fd_rule_lists.
-func (e *Engine) readLists(slot uint32, r *Rule) error {
-	m, err := e.listsMap()
+// readSide returns slot's entry of side map k.
+func (e *Engine) readSide(k int, slot uint32) ([]byte, error) {
+	m, err := e.sideMap(k)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	b := make([]byte, listsSize)
+	b := make([]byte, sideSpecs[k].size)
 	if err := m.Lookup(slot, &b); err != nil {
-		return fmt.Errorf("fastdrop: read the lists of rule slot %d: %w", slot, err)
+		return nil, fmt.Errorf("fastdrop: read the %s of rule slot %d: %w", sideSpecs[k].what, slot, err)
 	}
-	return decodeLists(b, r)
+	return b, nil
 }
 
 // prefixIndex returns e.prefixSlot, made from the rules if need be.

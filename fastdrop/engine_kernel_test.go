@@ -550,7 +550,7 @@ pass proto 47 dst 2001:db8::1
 // TestRecordLayout checks the hand-written rule record encoding against the
 // struct bpf2go generated from struct fd_rule_rec.
 func TestRecordLayout(t *testing.T) {
-	r := kParse(t, "drop tcp src 2001:db8::/32 sport 1-2 dst 2001:db8:1::1 dport 3-4").Rules[0]
+	r := kParse(t, "drop tcp src 2001:db8::/32 sport 1-2 dst 2001:db8:1::1/128 dport 3-4").Rules[0]
 	r.Line = 77
 	var b [recSize]byte
 	encodeRecord(b[:], &r, 5, 7, 9)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -264,5 +265,73 @@ func TestOpenLists(t *testing.T) {
 	mustApply(t, o2, kParse(t, "drop udp dport 54\n"))
 	if n := entries(); n != 0 {
 		t.Errorf("fd_rule_lists holds %d entries after the rules with lists are gone, want 0", n)
+	}
+}
+
+// TestOpenWritten: a rule set read back from the pins by another engine
+// has each compound rule's text exactly as written (fd_rule_text holds the
+// text of those written otherwise than their canonical form, and only
+// theirs); an entry goes with its rule; a rule written otherwise is
+// another rule (its own record and text).
+func TestOpenWritten(t *testing.T) {
+	e := newTestEngine(t, testOptions)
+	written := []string{
+		"drop dport 80 tcp flags !ack,syn",
+		"drop proto 6 dscp ef",
+		"drop udp dport 53,123 ttl <3", // canonical already
+		"limit 1k/s burst 100 per src udp",
+		"drop dst 0:0:db8::/48/32 udp",
+		"drop icmp code 0 type echo-request",
+	}
+	text := strings.Join(written, "  # comment\n") + "\ndrop src 10.0.0.0/8\n"
+	mustApply(t, e, kParse(t, text))
+	entries := func() int {
+		t.Helper()
+		n := 0
+		var k uint32
+		v := make([]byte, textSize)
+		it := e.maps[gen.FastdropMapFdRuleText].Iterate()
+		for it.Next(&k, &v) {
+			n++
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := entries(); n != 5 {
+		t.Errorf("fd_rule_text holds %d entries, want 5 (the rules not written in canonical form)", n)
+	}
+	dir := pinEngine(t, e)
+	o, err := Open(dir)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer o.Close()
+	rs, err := o.RuleSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i := range rs.Rules {
+		got = append(got, rs.Rules[i].Written())
+	}
+	want := append(slices.Clone(written), "drop src 10.0.0.0/8")
+	if !slices.Equal(got, want) {
+		t.Errorf("reopened, as written:\n%q\nwant\n%q", got, want)
+	}
+	// The same rule written otherwise replaces it (new record and text);
+	// written in canonical form, it leaves no entry.
+	mustApply(t, o, kParse(t, "drop tcp flags syn,!ack dport 80\ndrop proto tcp dscp ef\n"))
+	rs, err = o.RuleSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs.Rules) != 2 || rs.Rules[0].Written() != "drop tcp flags syn,!ack dport 80" || rs.Rules[1].Written() != "drop proto tcp dscp ef" {
+		t.Errorf("after Apply: %q, %q", rs.Rules[0].Written(), rs.Rules[1].Written())
+	}
+	mustApply(t, o, kParse(t, "drop udp dport 54\n"))
+	if n := entries(); n != 0 {
+		t.Errorf("fd_rule_text holds %d entries after the rules written otherwise are gone, want 0", n)
 	}
 }

@@ -187,6 +187,13 @@ func parseString(s, name string) (*RuleSet, error) {
 			}
 			keys = append(keys, prefixKey(r.Src))
 		} else {
+			// Kept as written (one blank between words, no comment),
+			// which the CLI shows, if that is not String's text: prefix
+			// rules, of which there may be millions, are shown as String
+			// writes them.
+			if t := strings.Join(p.toks, " "); t != r.String() {
+				r.Text = t
+			}
 			compound++
 			if compound > MaxCompoundRules {
 				e := p.errorf("too many compound rules: this is number %d, at most %d are allowed (rules that are only \"ACTION src PREFIX\" do not count)", compound, MaxCompoundRules)

@@ -49,8 +49,15 @@ func FuzzParse(f *testing.F) {
 		for i := range rs.Rules {
 			want := rs.Rules[i]
 			want.Line = i + 3
+			want.Text = "" // the canonical form is not kept as written
 			if !reflect.DeepEqual(again.Rules[i], want) {
 				t.Fatalf("rule %q reparsed as %q", rs.Rules[i], again.Rules[i])
+			}
+			// As written, it parses to the same rule, kept as written.
+			w := rs.Rules[i].Written()
+			one, err := Parse(strings.NewReader(w), "written")
+			if err != nil || len(one.Rules) != 1 || one.Rules[0].String() != rs.Rules[i].String() || one.Rules[0].Written() != w {
+				t.Fatalf("rule %q as written, %q, parses to %v (%v)", rs.Rules[i], w, one, err)
 			}
 		}
 	})

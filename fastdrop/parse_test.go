@@ -92,6 +92,12 @@ func TestParseRule(t *testing.T) {
 		t.Run(tc.line, func(t *testing.T) {
 			got := parseOne(t, tc.line)
 			tc.want.Line = 1
+			// A compound rule keeps its words as written, if they are
+			// not its canonical text.
+			words, _, _ := strings.Cut(tc.line, "#")
+			if w := strings.Join(strings.Fields(words), " "); !tc.prefix && w != tc.canon {
+				tc.want.Text = w
+			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %#v\nwant %#v", got, tc.want)
 			}
@@ -103,6 +109,7 @@ func TestParseRule(t *testing.T) {
 			}
 			// The canonical text parses back to the same rule.
 			again := parseOne(t, got.String())
+			got.Text = ""
 			if !reflect.DeepEqual(again, got) {
 				t.Errorf("round trip of %q: got %#v, want %#v", got.String(), again, got)
 			}

@@ -357,7 +357,7 @@ func (e *Engine) Bans() ([]Ban, error) {
 		}
 		for i, s := range e.slots {
 			if s == b.val.Slot && e.rules[i].Action == ActionLimit && e.pol.epoch[s] == b.val.Epoch {
-				ban.Rule = e.rules[i].String()
+				ban.Rule = e.rules[i].Written()
 			}
 		}
 		out = append(out, ban)

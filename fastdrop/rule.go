@@ -100,9 +100,11 @@ func (p PortRange) String() string {
 
 // Rule is one line of a rule file. A zero field matches anything.
 type Rule struct {
+	// The members are in an order that leaves no padding but where a
+	// pointer must be aligned: the rule is kept for each of millions of
+	// prefixes (TestRuleSize).
 	Action   Action
-	Src, Dst netip.Prefix // zero Prefix = any. Must be masked, IPv4 or IPv6 (no IPv4-mapped IPv6, no zone).
-	Proto    uint8        // L4 protocol number (IPv4 protocol / IPv6 final next header); only with HasProto
+	Proto    uint8 // L4 protocol number (IPv4 protocol / IPv6 final next header); only with HasProto
 	HasProto bool
 	// SrcOff and DstOff are the prefix offsets of IPv6 Src and Dst
 	// (FlowSpec types 1 and 2, RFC 8956 section 3.1): the prefix then
@@ -111,34 +113,44 @@ type Rule struct {
 	// any prefix. Written "src 2001:db8::/64/32" (address/length/offset,
 	// as GoBGP and ExaBGP write it).
 	SrcOff, DstOff uint8
-	// Nums holds the numeric fields (sport, dport, port, len, ttl, dscp,
-	// ICMP type and code, queue): nil if the rule has none. The port
-	// fields need HasProto with Proto 6 (tcp) or 17 (udp), type and code
-	// Proto 1 (icmp) or 58 (icmpv6).
-	Nums *Nums
+	Fragment       bool // matches only non-first IP fragments (fragment offset != 0)
 	// EtherType matched against the EtherType after up to two VLAN tags;
 	// 0 = any. E.g. 0x0806 ARP, 0x88cc LLDP, 0x0800 IPv4, 0x86dd IPv6.
 	EtherType uint16
-	Fragment  bool // matches only non-first IP fragments (fragment offset != 0)
 	// FragBits: frag with bits (frag first, frag !df); zero = any. Not
 	// with Fragment (frag alone).
 	FragBits FragBits
-	TCPFlags *TCPFlags // nil = any; needs HasProto with Proto 6 (tcp)
 	// Sample is the sample modifier ("sample 1/1000"): the program sends
 	// 1 in Sample of the rule's frames to its rule samples' ring (package
 	// capture, `xdpdrop capture --rule-samples`); 0: none. It changes no
 	// verdict.
-	Sample uint32
-	Line   int // 1-based line in the rule file, 0 if built in code
+	Sample   uint32
+	Src, Dst netip.Prefix // zero Prefix = any. Must be masked, IPv4 or IPv6 (no IPv4-mapped IPv6, no zone).
+	// Nums holds the numeric fields (sport, dport, port, len, ttl, dscp,
+	// ICMP type and code, queue): nil if the rule has none. The port
+	// fields need HasProto with Proto 6 (tcp) or 17 (udp), type and code
+	// Proto 1 (icmp) or 58 (icmpv6).
+	Nums     *Nums
+	TCPFlags *TCPFlags // nil = any; needs HasProto with Proto 6 (tcp)
+	// Limit is the policer of an ActionLimit rule (nil for every other
+	// action).
+	Limit *Limit
+	Line  int // 1-based line in the rule file, 0 if built in code
 	// Origin names where the rule came from (see origin.go): "" for the
 	// default origin (the drop command's), OriginRedirect, or a name of
 	// another source. It is kept with the rule in the engine's records
 	// and orders the rules of different origins; it is no part of the
 	// rule's text.
 	Origin string
-	// Limit is the policer of an ActionLimit rule (nil for every other
-	// action).
-	Limit *Limit
+	// Text is the compound rule as written in its file, if that is not
+	// String's text (Parse sets it): its words as they were, one blank
+	// between two, without the comment. "" for a rule written in
+	// canonical form, built in code, and for prefix rules ("ACTION src
+	// PREFIX", of which there may be millions), which print as String
+	// writes them. Written returns it; String ignores it. A rule keeps
+	// its counters across a change if it is written the same (Written):
+	// written otherwise, it is another rule.
+	Text string
 }
 
 // IsPrefixOnly reports whether r is "ACTION src PREFIX" and nothing else.
@@ -151,7 +163,7 @@ func (r Rule) IsPrefixOnly() bool {
 	}
 	// The common case, fast (it is asked for each of a million rules):
 	// no field but src has a value, so none is set.
-	if z := (Rule{Action: r.Action, Src: r.Src, Sample: r.Sample, Line: r.Line, Origin: r.Origin}); r == z {
+	if z := (Rule{Action: r.Action, Src: r.Src, Sample: r.Sample, Line: r.Line, Origin: r.Origin, Text: r.Text}); r == z {
 		return true
 	}
 	for i := range matchFields {
@@ -161,6 +173,16 @@ func (r Rule) IsPrefixOnly() bool {
 		}
 	}
 	return true
+}
+
+// Written returns r as written in its rule file (Text), or, for a rule
+// that has no Text, String: what the CLI shows of a rule. Parsing it
+// gives back r.
+func (r *Rule) Written() string {
+	if r.Text != "" {
+		return r.Text
+	}
+	return r.String()
 }
 
 // String returns r in canonical rule-file syntax, for example

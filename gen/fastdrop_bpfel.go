@@ -215,11 +215,12 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 19
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 20
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_LISTS_SIZE      FastdropFdLayout = 1024
 	FastdropFdLayoutFD_LISTS_MAX       FastdropFdLayout = 1024
+	FastdropFdLayoutFD_TEXT_SIZE       FastdropFdLayout = 2048
 	FastdropFdLayoutFD_COUNTER_SIZE    FastdropFdLayout = 16
 	FastdropFdLayoutFD_V6ENT_SIZE      FastdropFdLayout = 32
 	FastdropFdLayoutFD_VAL_ACT_SHIFT   FastdropFdLayout = 29
@@ -357,6 +358,7 @@ const (
 	FastdropFdRecFlagsFD_REC_PORT      FastdropFdRecFlags = 16384
 	FastdropFdRecFlagsFD_REC_LISTS     FastdropFdRecFlags = 32768
 	FastdropFdRecFlagsFD_REC_FLOWLABEL FastdropFdRecFlags = 65536
+	FastdropFdRecFlagsFD_REC_TEXT      FastdropFdRecFlags = 131072
 )
 
 type FastdropFdRuleRec struct {
@@ -507,6 +509,7 @@ const (
 	FastdropMapFdPolSrc          = "fd_pol_src"
 	FastdropMapFdPolicers        = "fd_policers"
 	FastdropMapFdRuleLists       = "fd_rule_lists"
+	FastdropMapFdRuleText        = "fd_rule_text"
 	FastdropMapFdRules           = "fd_rules"
 	FastdropMapFdV4Sparse        = "fd_v4_sparse"
 	FastdropMapFdV4Tbl8          = "fd_v4_tbl8"
@@ -583,6 +586,7 @@ type FastdropMapSpecs struct {
 	FdPolSrc      *ebpf.MapSpec `ebpf:"fd_pol_src"`
 	FdPolicers    *ebpf.MapSpec `ebpf:"fd_policers"`
 	FdRuleLists   *ebpf.MapSpec `ebpf:"fd_rule_lists"`
+	FdRuleText    *ebpf.MapSpec `ebpf:"fd_rule_text"`
 	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
@@ -633,6 +637,7 @@ type FastdropMaps struct {
 	FdPolSrc      *ebpf.Map `ebpf:"fd_pol_src"`
 	FdPolicers    *ebpf.Map `ebpf:"fd_policers"`
 	FdRuleLists   *ebpf.Map `ebpf:"fd_rule_lists"`
+	FdRuleText    *ebpf.Map `ebpf:"fd_rule_text"`
 	FdRules       *ebpf.Map `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
@@ -653,6 +658,7 @@ func (m *FastdropMaps) Close() error {
 		m.FdPolSrc,
 		m.FdPolicers,
 		m.FdRuleLists,
+		m.FdRuleText,
 		m.FdRules,
 		m.FdV4Sparse,
 		m.FdV4Tbl8,

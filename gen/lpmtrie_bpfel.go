@@ -196,6 +196,7 @@ const (
 	LpmtrieMapFdPolSrc        = "fd_pol_src"
 	LpmtrieMapFdPolicers      = "fd_policers"
 	LpmtrieMapFdRuleLists     = "fd_rule_lists"
+	LpmtrieMapFdRuleText      = "fd_rule_text"
 	LpmtrieMapFdRules         = "fd_rules"
 	LpmtrieMapFdV4Sparse      = "fd_v4_sparse"
 	LpmtrieMapFdV4Tbl8        = "fd_v4_tbl8"
@@ -273,6 +274,7 @@ type LpmtrieMapSpecs struct {
 	FdPolSrc      *ebpf.MapSpec `ebpf:"fd_pol_src"`
 	FdPolicers    *ebpf.MapSpec `ebpf:"fd_policers"`
 	FdRuleLists   *ebpf.MapSpec `ebpf:"fd_rule_lists"`
+	FdRuleText    *ebpf.MapSpec `ebpf:"fd_rule_text"`
 	FdRules       *ebpf.MapSpec `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.MapSpec `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.MapSpec `ebpf:"fd_v4_tbl8"`
@@ -326,6 +328,7 @@ type LpmtrieMaps struct {
 	FdPolSrc      *ebpf.Map `ebpf:"fd_pol_src"`
 	FdPolicers    *ebpf.Map `ebpf:"fd_policers"`
 	FdRuleLists   *ebpf.Map `ebpf:"fd_rule_lists"`
+	FdRuleText    *ebpf.Map `ebpf:"fd_rule_text"`
 	FdRules       *ebpf.Map `ebpf:"fd_rules"`
 	FdV4Sparse    *ebpf.Map `ebpf:"fd_v4_sparse"`
 	FdV4Tbl8      *ebpf.Map `ebpf:"fd_v4_tbl8"`
@@ -349,6 +352,7 @@ func (m *LpmtrieMaps) Close() error {
 		m.FdPolSrc,
 		m.FdPolicers,
 		m.FdRuleLists,
+		m.FdRuleText,
 		m.FdRules,
 		m.FdV4Sparse,
 		m.FdV4Tbl8,

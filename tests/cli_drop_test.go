@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -552,4 +553,82 @@ func TestCLIDropMemory(t *testing.T) {
 		t.Logf("%s: peak RSS %d MiB", filepath.Base(path), maxRSS>>10)
 		require.Less(t, maxRSS, int64(1<<20), "peak RSS of %s under 1 GiB", filepath.Base(path))
 	}
+}
+
+// TestCLIRulesAsWritten: rules list, stats (text and JSON) and rules add
+// show each compound rule exactly as its file (or the command line) has it,
+// fields in the order written, names, flags, lists, comparisons, rates
+// and an IPv6 prefix offset as written, from processes other than the one
+// that attached (the pinned program), also after a rule is added; blanks
+// and comments are what is normalised. Prefix rules print with the
+// length. A rule written otherwise is another rule.
+func TestCLIRulesAsWritten(t *testing.T) {
+	v := sandboxForCLI(t)
+	written := []string{
+		"drop dport 11211 udp",
+		"drop dport 80 tcp flags !ack,syn",
+		"drop icmp type echo-request",
+		"drop dscp ef proto 6",
+		"drop udp dport 53,123,0-10 ttl <3",
+		"drop proto 17 len >1024",
+		"drop ether 0x88CC",
+		"limit 1k/s udp sport 19",
+		"drop dst ::1:1234:5678:9800:0/104/60 udp",
+	}
+	file := "policy pass\n" + strings.Join(written[:4], "   \t # a comment\n") + "\n" +
+		strings.Join(written[4:], "\n") + "\ndrop src 203.0.113.7\n"
+	r := cli(t, "drop", "--iface", v.Name, "--rules", writeRules(t, file), "--mode", "driver")
+	require.Equal(t, 0, r.code, r.stderr)
+	send(t, v, "100", "11211")
+
+	list := func() []jsonRule {
+		t.Helper()
+		r := cli(t, "rules", "list", "--iface", v.Name, "--json")
+		require.Equal(t, 0, r.code, r.stderr)
+		var l struct {
+			Rules []jsonRule `json:"rules"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &l), r.stdout)
+		return l.Rules
+	}
+	texts := func(rs []jsonRule) []string {
+		var s []string
+		for _, jr := range rs {
+			s = append(s, jr.Rule)
+		}
+		return s
+	}
+	want := append(slices.Clone(written), "drop src 203.0.113.7/32")
+	require.Equal(t, want, texts(list()), "rules list --json")
+	s := statsJSON(t, v.Name)
+	require.Equal(t, want, texts(s.Rules), "stats --json")
+	memcached, ok := s.rule("drop dport 11211 udp")
+	require.True(t, ok)
+	require.Equal(t, uint64(100), memcached.Packets, "the rule as written counts its frames")
+	r = cli(t, "rules", "list", "--iface", v.Name)
+	require.Equal(t, 0, r.code, r.stderr)
+	for _, w := range written {
+		require.Contains(t, r.stdout, w, "rules list")
+	}
+	r = cli(t, "stats", "--iface", v.Name) // the rules that matched
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "drop dport 11211 udp")
+
+	// A rule added from the command line, as typed; the others keep
+	// their text and counters.
+	r = cli(t, "rules", "add", "--iface", v.Name, "pass   dport 22 tcp src 198.51.100.0/24")
+	require.Equal(t, 0, r.code, r.stderr)
+	got := list()
+	require.Equal(t, append(slices.Clone(want), "pass dport 22 tcp src 198.51.100.0/24"), texts(got))
+	require.Equal(t, uint64(100), got[0].Packets)
+	// rules del finds a rule however it is written.
+	r = cli(t, "rules", "del", "--iface", v.Name, "drop udp dport 11211")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.NotContains(t, texts(list()), "drop dport 11211 udp")
+
+	// The same rule written otherwise is another rule: its text is the
+	// new one, its counters start again.
+	r = cli(t, "drop", "--iface", v.Name, "--rules", writeRules(t, "drop dport 80 flags !ack,syn tcp\ndrop udp dport 11211\n"))
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, []string{"drop dport 80 flags !ack,syn tcp", "drop udp dport 11211"}, texts(list()))
 }

@@ -160,14 +160,16 @@ func TestCLITestBadInput(t *testing.T) {
 }
 
 // TestCLITestLists: xdpdrop test decides frames by rules with value lists,
-// negated lists, comparisons and flow labels, and prints each rule as
-// written in the file (fields in the canonical order, which these lines
-// are in; values exactly as written), in text and JSON.
+// negated lists, comparisons and flow labels, and prints each rule exactly
+// as written in the file (fields in the order written, not the canonical
+// one; values, names and flags as written), in text and JSON.
 func TestCLITestLists(t *testing.T) {
-	text := "drop udp dport 53,123,161,1900,11211\n" +
-		"drop tcp dst 192.0.2.0/24 dport !22,443\n" +
-		"drop proto tcp,udp ttl <3,255 len >=1000\n" +
-		"pass udp flowlabel 0x12345,0x100-0x1ff\n"
+	text := "drop dport 53,123,161,1900,11211 udp\n" +
+		"drop tcp dport !22,443 dst 192.0.2.0/24\n" +
+		"drop proto tcp,udp len >=1000 ttl <3,255\n" +
+		"pass flowlabel 0x12345,0x100-0x1ff udp\n" +
+		"drop dport 80 tcp flags !ack,syn dscp ef\n" +
+		"drop icmp code 0 type echo-request\n"
 	rules := writeRules(t, text)
 	fl := frames.Spec{Src: netip.MustParseAddr("2001:db8::1"), Dst: netip.MustParseAddr("2001:db8::2"), Proto: frames.ProtoUDP, SrcPort: 9, DstPort: 9, FlowLabel: 0x180}
 	pcap := writePcapFrames(t, [][]byte{
@@ -202,8 +204,8 @@ func TestCLITestLists(t *testing.T) {
 	}
 	r = cli(t, "test", "--rules", rules, "--pcap", pcap)
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Contains(t, r.stdout, "drop tcp dst 192.0.2.0/24 dport !22,443")
-	require.Contains(t, r.stdout, "pass udp flowlabel 0x12345,0x100-0x1ff")
+	require.Contains(t, r.stdout, "drop tcp dport !22,443 dst 192.0.2.0/24")
+	require.Contains(t, r.stdout, "pass flowlabel 0x12345,0x100-0x1ff udp")
 
 	// Nonsense is refused with the file's line and what to write.
 	for _, tc := range []struct{ rule, want string }{

@@ -210,7 +210,7 @@ func ruleNames(eng *fastdrop.Engine) (map[uint32]ruleInfo, *fastdrop.RuleSet, []
 	}
 	m := make(map[uint32]ruleInfo, len(slots))
 	for i, s := range slots {
-		m[s] = ruleInfo{rs.Rules[i].Line, rs.Rules[i].String(), rs.Rules[i].Origin}
+		m[s] = ruleInfo{rs.Rules[i].Line, rs.Rules[i].Written(), rs.Rules[i].Origin}
 	}
 	return m, rs, slots, nil
 }
@@ -228,7 +228,7 @@ func findRule(iface, want string, rs *fastdrop.RuleSet, slots []uint32) (uint32,
 	}
 	text := want
 	if p, err := fastdrop.Parse(strings.NewReader(want+"\n"), "--rule"); err == nil && len(p.Rules) == 1 {
-		text = p.Rules[0].String() // canonical, as rules list prints it
+		text = p.Rules[0].String() // canonical: the rule however it is written
 	}
 	for i, r := range rs.Rules {
 		if r.String() == text {

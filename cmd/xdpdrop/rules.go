@@ -246,7 +246,7 @@ func (a *app) rulesReplaceCmd() *cobra.Command {
 			if err := eng.Replace(rules[0], rules[1]); err != nil {
 				return fmt.Errorf("replace a rule on %s: %w (see them with 'xdpdrop rules list --iface %s')", iface, err, iface)
 			}
-			fmt.Fprintf(a.stdout, "replaced %q with %q on %s\n", rules[0].String(), rules[1].String(), iface)
+			fmt.Fprintf(a.stdout, "replaced %q with %q on %s\n", rules[0].Written(), rules[1].Written(), iface)
 			return nil
 		},
 	}
@@ -287,7 +287,7 @@ func ruleRows(c *fastdrop.Counters) []ruleRow {
 		if rc.Rule.IsPrefixOnly() {
 			kind = "prefix"
 		}
-		rows[i] = ruleRow{Index: rc.Index, Rule: rc.Rule.String(), Kind: kind, Origin: fastdrop.OriginName(rc.Rule.Origin), Packets: rc.Packets, Bytes: rc.Bytes, Limit: rc.Limit}
+		rows[i] = ruleRow{Index: rc.Index, Rule: rc.Rule.Written(), Kind: kind, Origin: fastdrop.OriginName(rc.Rule.Origin), Packets: rc.Packets, Bytes: rc.Bytes, Limit: rc.Limit}
 	}
 	return rows
 }

@@ -262,7 +262,7 @@ func (a *app) test(rulesPath, capture string, jsonOut, summaryOnly bool) error {
 			}
 			if res.Rule >= 0 {
 				r := rs.Rules[res.Rule]
-				fr.RuleIndex, fr.Rule, fr.Line = res.Rule+1, r.String(), r.Line
+				fr.RuleIndex, fr.Rule, fr.Line = res.Rule+1, r.Written(), r.Line
 				hits[res.Rule]++
 			}
 		}
@@ -293,7 +293,7 @@ func (a *app) test(rulesPath, capture string, jsonOut, summaryOnly bool) error {
 		return notEthernet(capture, "no Ethernet frame in it ("+firstLink+")")
 	}
 	for i, r := range rs.Rules {
-		rep.Summary.Rules = append(rep.Summary.Rules, testRuleHits{Index: i + 1, Rule: r.String(), Frames: hits[i]})
+		rep.Summary.Rules = append(rep.Summary.Rules, testRuleHits{Index: i + 1, Rule: r.Written(), Frames: hits[i]})
 	}
 	if jsonOut {
 		return writeJSON(a.stdout, rep)
