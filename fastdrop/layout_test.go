@@ -37,6 +37,7 @@ var layoutFingerprints = map[uint32]string{
 	18: "9b7aba8b9cecd610", // fd_conf.features and FD_FEAT_*: the plain path for rule sets that need none
 	19: "03f5e88296f5ee27", // IPv6 prefix offsets: fd_rule_rec.src_off and dst_off, fd_conf.noff6 and off6 (struct fd_off6, fingerprinted from here on), FD_FLD_OFF6
 	20: "c3939df7837c2c71", // rules as written: fd_rule_text, FD_REC_TEXT, FD_TEXT_SIZE
+	21: "bfcd7734a87e3e9e", // the direct fields of at most FD_DIR_BYVALUE_BITS bits have a class per value (fd_cls_half.bm by value)
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.
