@@ -35,9 +35,9 @@ var layoutFingerprints = map[uint32]string{
 	17: "4611f0412542e26c", // the policers on jiffies (fd_ban.end, fd_police.ban_end), fd_pol_src a set-associative array (fd_src_set, fd_src_ent, FD_SRC_WAYS), fd_pcnt.evicted; fd_police, fd_pcnt, fd_src_key, fd_ban fingerprinted from here on
 	// 16 was h/hot's before it merged main's 17: never released.
 	18: "9b7aba8b9cecd610", // fd_conf.features and FD_FEAT_*: the plain path for rule sets that need none
-	19: "03f5e88296f5ee27", // IPv6 prefix offsets: fd_rule_rec.src_off and dst_off, fd_conf.noff6 and off6 (struct fd_off6, fingerprinted from here on), FD_FLD_OFF6
-	20: "c3939df7837c2c71", // rules as written: fd_rule_text, FD_REC_TEXT, FD_TEXT_SIZE
-	21: "bfcd7734a87e3e9e", // the direct fields of at most FD_DIR_BYVALUE_BITS bits have a class per value (fd_cls_half.bm by value)
+	19: "173aa0f341ea46b5", // FD_FEAT_CAPTURE: captures set a feature bit instead of the plain path reading cap_active
+	// 19-21 were h/fields' before it merged main's 19: never released.
+	22: "4782c911b617e35e", // IPv6 prefix offsets (fd_rule_rec.src_off, dst_off; fd_conf.noff6, off6: struct fd_off6, fingerprinted from here on; FD_FLD_OFF6); rules as written (fd_rule_text, FD_REC_TEXT, FD_TEXT_SIZE); the direct fields of at most FD_DIR_BYVALUE_BITS bits with a class per value
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.
