@@ -228,9 +228,6 @@ enum fd_layout {
 	 * classes per field, then FD_BM_FRONTS for the front tables (their
 	 * classes never exceed 4 x 513 + 4 x 257). */
 	FD_BM_FIELD = 1024,
-	/* A direct field of at most this many bits has a class per value:
-	 * 1 << FD_DIR_BYVALUE_BITS is FD_BM_FIELD (see FD_DIR_CLASS). */
-	FD_DIR_BYVALUE_BITS = 10,
 	FD_BM_FRONT = FD_FLD_MAX * FD_BM_FIELD,
 	FD_BM_FRONTS = 4096,
 	FD_BM_HALF = FD_BM_FRONT + FD_BM_FRONTS,
@@ -338,7 +335,6 @@ _Static_assert(FD_QUEUES < 1 << 9, "queue: 9 bits hold the queues and FD_QUEUES"
 /* fd_cls_half.bm */
 _Static_assert(FD_POW2(FD_BM_FIELD) && FD_BM_FIELD <= FD_TAB_EXT, "field classes: masked, below the chunk bit");
 _Static_assert(FD_BM_FRONT >= FD_FLD_MAX * FD_BM_FIELD, "the fields' bitmaps");
-_Static_assert((1 << FD_DIR_BYVALUE_BITS) == FD_BM_FIELD, "a class per value of the narrow direct fields");
 _Static_assert(FD_POW2(FD_BM_FRONTS) && FD_BM_FRONTS >= 4 * 513 + 4 * 257, "the front classes' bitmaps");
 _Static_assert(FD_BM_HALF >= FD_BM_FRONT + FD_BM_FRONTS, "bitmaps of a half");
 /* fd_cls_half.b64 */
@@ -1127,14 +1123,6 @@ static __always_inline __u32 fd_front_proto(const struct fd_pkt *p)
 #define FD_HAS_PORTS(p) ((p)->has_ports)
 #define FD_HAS_IP(p) 1
 #define FD_HAS_ANY(p) 1
-/* The class of value v of a direct field in fd_compound's bitmaps: a
- * field of at most FD_DIR_BYVALUE_BITS bits has one class per value (its
- * bitmaps are by value, fastdrop/compile.go's direct), so the bitmap is
- * read at the value, without the read of tab that the wider fields'
- * classes take (256 FlowSpec rules, the worst frame: one dependent read
- * fewer for each of ttl, flags, dscp, type, code, frag and queue). */
-#define FD_DIR_CLASS(t, NAME, v, BITS) \
-	((BITS) <= FD_DIR_BYVALUE_BITS ? (v) : (__u32)(t)->tab[FD_DIR_##NAME + (v)])
 /* The direct fields read after the front table, as fd_conf.fields bits. */
 #define FD_X_AFTER(NAME, MEMBER, BITS, WHEN) | (FD_AFTER_##WHEN << FD_FLD_##NAME)
 #define FD_FLD_DIR_AFTER (0 FD_DIRECT_FIELDS(FD_X_AFTER))
@@ -1146,7 +1134,7 @@ static __always_inline __u32 fd_front_proto(const struct fd_pkt *p)
  * nothing but one test of fields. */
 #define FD_X_AND(NAME, MEMBER, BITS, WHEN)                                                    \
 	if (FD_AFTER_##WHEN && FD_HAS_##WHEN(p) && (fields & (1 << FD_FLD_##NAME))) {          \
-		if (!fd_bm_and(&acc, t, FD_FLD_##NAME, FD_DIR_CLASS(t, NAME, FD_DIR_VAL(p, MEMBER, BITS), BITS))) \
+		if (!fd_bm_and(&acc, t, FD_FLD_##NAME, t->tab[FD_DIR_##NAME + FD_DIR_VAL(p, MEMBER, BITS)])) \
 			return -1;                                                             \
 	}
 #define FD_X_AND64(NAME, MEMBER, BITS, WHEN)                                          \
@@ -1164,7 +1152,7 @@ static __always_inline __u32 fd_front_proto(const struct fd_pkt *p)
 #define FD_NONIP_EITHER 0
 #define FD_X_AND_NONIP(NAME, MEMBER, BITS, WHEN)                                              \
 	if (FD_NONIP_##WHEN && (fields & (1 << FD_FLD_##NAME))) {                              \
-		if (!fd_bm_and(&acc, t, FD_FLD_##NAME, FD_DIR_CLASS(t, NAME, FD_DIR_VAL(p, MEMBER, BITS), BITS))) \
+		if (!fd_bm_and(&acc, t, FD_FLD_##NAME, t->tab[FD_DIR_##NAME + FD_DIR_VAL(p, MEMBER, BITS)])) \
 			return -1;                                                             \
 	}
 #define FD_X_AND64_NONIP(NAME, MEMBER, BITS, WHEN)                    \

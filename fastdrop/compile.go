@@ -685,18 +685,6 @@ func (c *classifier) direct(f *matchField, rules []*Rule, spans *[]span) error {
 			}
 		}
 	}
-	if size <= bmField {
-		// A field of at most FD_DIR_BYVALUE_BITS bits: a class per
-		// value (tab the identity), so that fd_compound reads the
-		// bitmap at the frame's value without reading tab
-		// (FD_DIR_CLASS). Class k <= value v, so from the top down
-		// nothing is overwritten before it is read.
-		for v := size - 1; v >= 0; v-- {
-			bm[v] = bm[tab[v]]
-			tab[v] = uint16(v)
-		}
-		c.used[fld] = size
-	}
 	return nil
 }
 

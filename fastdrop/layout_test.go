@@ -37,7 +37,7 @@ var layoutFingerprints = map[uint32]string{
 	18: "9b7aba8b9cecd610", // fd_conf.features and FD_FEAT_*: the plain path for rule sets that need none
 	19: "173aa0f341ea46b5", // FD_FEAT_CAPTURE: captures set a feature bit instead of the plain path reading cap_active
 	// 19-21 were h/fields' before it merged main's 19: never released.
-	22: "4782c911b617e35e", // IPv6 prefix offsets (fd_rule_rec.src_off, dst_off; fd_conf.noff6, off6: struct fd_off6, fingerprinted from here on; FD_FLD_OFF6); rules as written (fd_rule_text, FD_REC_TEXT, FD_TEXT_SIZE); the direct fields of at most FD_DIR_BYVALUE_BITS bits with a class per value
+	22: "f385c06338265e0c", // IPv6 prefix offsets (fd_rule_rec.src_off, dst_off; fd_conf.noff6, off6: struct fd_off6, fingerprinted from here on; FD_FLD_OFF6); rules as written (fd_rule_text, FD_REC_TEXT, FD_TEXT_SIZE)
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.
