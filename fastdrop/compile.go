@@ -49,6 +49,7 @@ const (
 	mainHalf  = int64(gen.FastdropFdLayoutFD_MAIN_HALF)
 	halfCls   = int64(gen.FastdropFdLayoutFD_HALF_CLS)
 	halfTbl24 = int64(gen.FastdropFdLayoutFD_HALF_TBL24)
+	halfDconf = int64(gen.FastdropFdLayoutFD_HALF_DCONF)
 	halfSize  = int64(gen.FastdropFdLayoutFD_HALF_SIZE)
 )
 
@@ -97,6 +98,7 @@ const (
 	tabFProto = int64(gen.FastdropFdLayoutFD_TAB_FPROTO)
 	bmFront   = int64(gen.FastdropFdLayoutFD_BM_FRONT)
 	bmFronts  = int(gen.FastdropFdLayoutFD_BM_FRONTS)
+	bmOff6    = int64(gen.FastdropFdLayoutFD_BM_OFF6) // the offset prefixes' entries, after the front classes
 	tabW4     = int64(gen.FastdropFdLayoutFD_TAB_W4)
 	tabW4Pool = int64(gen.FastdropFdLayoutFD_TAB_W4POOL)
 	w4Chunks  = int(gen.FastdropFdLayoutFD_TAB_W4CHUNKS)
@@ -143,7 +145,16 @@ type slotKey struct {
 	hi, lo uint64
 	bits   uint8
 	v6     bool
+	dst    bool // the destination prefix table's
 	action Action
+}
+
+// slotKeyOfRule is the slot key of prefix rule r.
+func slotKeyOfRule(r *Rule) slotKey {
+	k := r.PrefixKey()
+	s := slotKeyOf(k.Prefix, r.Action)
+	s.dst = k.Dst
+	return s
 }
 
 func slotKeyOf(p netip.Prefix, a Action) slotKey {
@@ -413,7 +424,7 @@ type classifier struct {
 	w4     [2][]uint16
 	w4pool []uint16
 	v4ps   [2][]netip.Prefix
-	// IPv6 prefixes with an offset (fd_conf.off6).
+	// IPv6 prefixes with an offset (FD_BM_OFF6, fd_conf.noff6).
 	off6 []off6Entry
 	// vals of the rules, in order (fd_conf.crule).
 	vals []uint32
@@ -505,8 +516,8 @@ func compileCompound(rules []*Rule) (*classifier, error) {
 	}
 	c.fronts(len(rules) <= 64)
 	// At most 4 x 513 port classes and 4 x 257 protocol classes.
-	if len(c.frontBm) > bmFronts {
-		return nil, fmt.Errorf("%d front classes, room for %d", len(c.frontBm), bmFronts)
+	if room := int(bmOff6 - bmFront); len(c.frontBm) > room {
+		return nil, fmt.Errorf("%d front classes, room for %d", len(c.frontBm), room)
 	}
 	return c, nil
 }
@@ -747,7 +758,7 @@ func zeroIf(cond bool, p netip.Prefix) netip.Prefix {
 	return p
 }
 
-// off6Entry is struct fd_off6: an IPv6 prefix with an offset of some
+// off6Entry is an entry at FD_BM_OFF6: an IPv6 prefix with an offset of some
 // compound rules' src or dst (FD_FLD_OFF6), as a mask and value in the
 // byte order the program loads addresses in, and the rules that have it.
 type off6Entry struct {
@@ -925,6 +936,9 @@ func (x *prefixIndex) home(k slotKey) int {
 	h ^= uint64(k.bits) | uint64(k.action)<<8
 	if k.v6 {
 		h ^= 1 << 16
+	}
+	if k.dst {
+		h ^= 1 << 17
 	}
 	h *= 0x9e3779b97f4a7c15
 	return int(h>>32) & (len(x.keys) - 1)

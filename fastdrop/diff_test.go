@@ -37,6 +37,9 @@ type diffGen struct {
 	// offs counts the IPv6 prefixes with an offset of the rule set being
 	// made (at most off6Max).
 	offs int
+	// dst: ruleSet adds destination prefix rules to some sets (the
+	// engine must have the table: Options.DstPrefixes).
+	dst bool
 }
 
 func newDiffGen(seed uint64) *diffGen {
@@ -463,6 +466,19 @@ func (g *diffGen) ruleSet(maxCompound, maxPrefix int) *RuleSet {
 		seen[p] = true
 		rs.Rules = append(rs.Rules, Rule{Action: g.action(), Src: p, Origin: g.origin()})
 	}
+	// Destination prefix rules (the destination table, which only the
+	// full path has), in half of the sets not made for the plain path.
+	if g.dst && !g.plain && g.rng.IntN(2) == 0 {
+		dseen := make(map[netip.Prefix]bool)
+		for range g.rng.IntN(maxPrefix/2 + 1) {
+			p := g.prefix(g.rng.IntN(2) == 0)
+			if dseen[p] {
+				continue
+			}
+			dseen[p] = true
+			rs.Rules = append(rs.Rules, Rule{Action: g.action(), Dst: p, Origin: g.origin()})
+		}
+	}
 	g.rng.Shuffle(len(rs.Rules), func(i, j int) { rs.Rules[i], rs.Rules[j] = rs.Rules[j], rs.Rules[i] })
 	return rs
 }
@@ -515,10 +531,13 @@ func TestDifferential(t *testing.T) {
 			n = 20_000
 		}
 	}
-	e := newTestEngine(t, testOptions)
+	opts := testOptions
+	opts.DstPrefixes = true
+	e := newTestEngine(t, opts)
 	// Test runs take an rx queue only with a device that has it.
 	veth := testenv.NewVeth(t, testenv.VethOptions{Queues: diffQueues})
 	g := newDiffGen(*diffSeed)
+	g.dst = true
 	t.Logf("seed %d (-fastdrop.seed), %d frames (-fastdrop.frames)", *diffSeed, n)
 	const perSet = 1000
 	failures := 0
@@ -644,8 +663,11 @@ func FuzzDifferential(f *testing.F) {
 // agreeing with a model of the resulting rule set.
 func TestIncrementalDifferential(t *testing.T) {
 	t.Parallel()
-	e := newTestEngine(t, testOptions)
+	opts := testOptions
+	opts.DstPrefixes = true
+	e := newTestEngine(t, opts)
 	g := newDiffGen(*diffSeed + 1)
+	g.dst = true
 	rs := g.ruleSet(8, 60)
 	mustApply(t, e, rs)
 	ops := 300
@@ -664,6 +686,9 @@ func TestIncrementalDifferential(t *testing.T) {
 			bits = g.rng.IntN(a.BitLen() + 1)
 		}
 		p, _ := a.Prefix(bits)
+		if g.rng.IntN(3) == 0 { // the destination table, changed in place too
+			return Rule{Action: Action(1 + g.rng.IntN(2)), Dst: p}
+		}
 		return Rule{Action: Action(1 + g.rng.IntN(2)), Src: p}
 	}
 	for op := range ops {

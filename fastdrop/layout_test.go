@@ -36,14 +36,16 @@ var layoutFingerprints = map[uint32]string{
 	// 16 was h/hot's before it merged main's 17: never released.
 	18: "9b7aba8b9cecd610", // fd_conf.features and FD_FEAT_*: the plain path for rule sets that need none
 	19: "173aa0f341ea46b5", // FD_FEAT_CAPTURE: captures set a feature bit instead of the plain path reading cap_active
-	// 19-21 were h/fields' before it merged main's 19: never released.
-	22: "f385c06338265e0c", // IPv6 prefix offsets (fd_rule_rec.src_off, dst_off; fd_conf.noff6, off6: struct fd_off6, fingerprinted from here on; FD_FLD_OFF6); rules as written (fd_rule_text, FD_REC_TEXT, FD_TEXT_SIZE)
+	// 19 was also h/dsttable's before it merged main's 19: never released.
+	20: "0b90fc0fc1cbdba1", // the destination prefix table: fd_conf.d4_count, d6_count, fd_half.dconf, FD_FEAT_DST
+	// 19-22 were h/fields' before it merged main's 19 and 20: never released.
+	23: "a0d1c9a971d91c13", // IPv6 prefix offsets (fd_rule_rec.src_off, dst_off; fd_conf.noff6, off6_dst; the entries at FD_BM_OFF6; FD_FLD_OFF6); rules as written (fd_rule_text, FD_REC_TEXT, FD_TEXT_SIZE)
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.
 var layoutTypes = []string{
 	"fd_layout", "fd_action", "fd_field", "fd_rec_flags",
-	"fd_state", "fd_stamp", "fd_conf", "fd_bm", "fd_off6", "fd_rule_rec", "fd_v6_ent", "fd_v4_sparse", "counter",
+	"fd_state", "fd_stamp", "fd_conf", "fd_bm", "fd_rule_rec", "fd_v6_ent", "fd_v4_sparse", "counter",
 	"fd_cap_layout", "fd_cap_ctl", "fd_cap_sel", "fd_cap_cnt", "fd_cap_rec", "fd_cap_cpu",
 	"fd_police", "fd_pcnt", "fd_src_key", "fd_ban", "fd_src_ent", "fd_src_set",
 }
