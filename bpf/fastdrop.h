@@ -128,7 +128,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 18,
+	FD_LAYOUT_VERSION = 19,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
@@ -173,7 +173,7 @@ enum fd_layout {
 	FD_POL_TIME_SHIFT = 4,
 	FD_POL_BYTE_SHIFT = 16,
 	FD_BAN_LENS = 4,      /* distinct ban prefix lengths per family */
-	FD_SRC_WAYS = 4,      /* ways of a set of fd_pol_src */
+	FD_SRC_WAYS = 8,      /* ways of a set of fd_pol_src: two cache lines */
 
 	/* Entries of a direct table indexed by a 16-bit value (ports, ether,
 	 * the first 16 bits of an address). */
@@ -849,16 +849,29 @@ struct {
  * from Go at load), so a flood of spoofed sources cannot grow it. A
  * set-associative cache, not a hash map: a source's bucket is in one set
  * of FD_SRC_WAYS (by a multiplicative hash of its key), and a new source
- * takes the way whose bucket would be full soonest (least tat): one that
- * is full already (tat <= now) holds nothing a fresh bucket would not,
- * so only sources still over their rate lose state to a flood. Looking a
- * source up is an array index and FD_SRC_WAYS compares: an LRU hash
- * lookup (jhash, the bucket's list) cost a frame about 40 ns here. */
+ * takes the way whose bucket would be full soonest (least tat; of those
+ * already full, the first): one that is full already (tat <= now) holds
+ * nothing a fresh bucket would not, so only sources still over their
+ * rate lose state to a flood. Looking a source up is an array index and
+ * compares: an LRU hash lookup (jhash, the bucket's list) cost a frame
+ * about 40 ns here.
+ *
+ * A way is 16 bytes and a set two 64-byte lines (the map is mmapable, so
+ * its values start on a page and every set on 128 bytes). A new source
+ * takes a full way of the first line before one of the second, and a
+ * lookup stops at its way: with the table a quarter full (65,536 sources
+ * in the default 262,144 buckets) about 96% of sources are in their
+ * set's first line and cost a frame one line, and a set of 8 overflows
+ * (its sources evicting each other, every frame a fresh bucket that
+ * passes) for about 0.1% of them, where sets of 4 in two lines each
+ * (32-byte ways) cost two lines and overflowed for 14% at half full. The
+ * way holds the key's hash, not the key: the hash is a bijection of the
+ * key's fold (hi ^ lo * odd ^ epoch << 32 | id), which for IPv4 is the
+ * key itself (an epoch is one rule's), so two IPv4 sources never share a
+ * bucket; two IPv6 sources share one only if their 128-bit folds meet
+ * (about 2^-64 a pair). */
 struct fd_src_ent {
-	__u64 hi; /* the source, masked (struct fd_src_key) */
-	__u64 lo;
-	__u32 id; /* police entry | family << 16; 0 = empty */
-	__u32 epoch;
+	__u64 tag; /* fd_src_tag of the source's key; 0 = empty */
 	__u64 tat;
 };
 
@@ -866,10 +879,13 @@ struct fd_src_set {
 	struct fd_src_ent way[FD_SRC_WAYS];
 };
 
-_Static_assert(sizeof(struct fd_src_set) == FD_SRC_WAYS * 32, "fd_src_set size");
+_Static_assert(sizeof(struct fd_src_ent) == 16, "fd_src_ent size");
+_Static_assert(sizeof(struct fd_src_set) == FD_SRC_WAYS * 16, "fd_src_set size");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	/* For the alignment: the values start on a page. */
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct fd_src_set);
 	__uint(max_entries, 16384);
@@ -1567,27 +1583,32 @@ static __always_inline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __
 	if (pe->flags & FD_LIM_PERSRC) {
 		struct fd_src_set *set;
 		struct fd_src_ent *w, *victim;
+		__u64 tag;
 		__u32 si, evicted;
 		int i;
 
 		fd_src_mask(&k, family, hi, lo, family == 4 ? pe->len4 : pe->len6);
 		k.id = key | family << 16;
 		k.epoch = pe->epoch;
-		si = ((k.hi ^ (k.lo * 0xff51afd7ed558ccdULL) ^ ((__u64)k.epoch << 32 | k.id)) *
-		      0x9e3779b97f4a7c15ULL) >> 40;
-		si &= fd_src_sets_mask;
+		/* See struct fd_src_ent: the set from the top bits. */
+		tag = (k.hi ^ (k.lo * 0xff51afd7ed558ccdULL) ^ ((__u64)k.epoch << 32 | k.id)) *
+		      0x9e3779b97f4a7c15ULL;
+		si = (tag >> 40) & fd_src_sets_mask;
 		set = bpf_map_lookup_elem(&fd_pol_src, &si);
 		if (!set)
 			return FD_ACT_PASS << FD_VAL_ACT_SHIFT | (pe->slot & FD_VAL_SLOT_MASK);
 		tat = 0;
 		victim = &set->way[0];
+		/* Stops at the source's way: the second line is read only
+		 * for the sources there and for new ones. */
 		for (i = 0; i < FD_SRC_WAYS; i++) {
 			w = &set->way[i];
-			if (w->hi == k.hi && w->lo == k.lo && w->id == k.id && w->epoch == k.epoch) {
+			if (w->tag == tag) {
 				tat = &w->tat;
 				break;
 			}
-			if (w->tat < victim->tat)
+			/* Full ways (tat <= now) are alike: the first wins. */
+			if (w->tat < victim->tat && victim->tat > now)
 				victim = w;
 		}
 		if (!tat) {
@@ -1596,13 +1617,9 @@ static __always_inline __u32 fd_police_run(__u32 idx, __u32 family, __u64 hi, __
 			 * tat is 0). Two CPUs doing this at once in one set
 			 * may take one way: then one source starts again
 			 * with a full bucket. */
-			evicted = victim->id != 0;
-			victim->id = 0;
-			victim->hi = k.hi;
-			victim->lo = k.lo;
-			victim->epoch = k.epoch;
+			evicted = victim->tag != 0;
 			victim->tat = now + cost;
-			victim->id = k.id;
+			victim->tag = tag;
 			pc = fd_pcnt_of(key);
 			if (pc) {
 				pc->sources++;
