@@ -35,7 +35,7 @@ var layoutFingerprints = map[uint32]string{
 	17: "4611f0412542e26c", // the policers on jiffies (fd_ban.end, fd_police.ban_end), fd_pol_src a set-associative array (fd_src_set, fd_src_ent, FD_SRC_WAYS), fd_pcnt.evicted; fd_police, fd_pcnt, fd_src_key, fd_ban fingerprinted from here on
 	// 16 was h/hot's before it merged main's 17: never released.
 	18: "9b7aba8b9cecd610", // fd_conf.features and FD_FEAT_*: the plain path for rule sets that need none
-	19: "954b472b65096f12", // fd_src_ent of 16 bytes (tag, tat) in sets of 8 (FD_SRC_WAYS), two lines each
+	19: "5d07b9e69cc09724", // fd_src_ent of 16 bytes (tag, tat) in sets of 8 (FD_SRC_WAYS), two lines each; fd_conf.touch4/6
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

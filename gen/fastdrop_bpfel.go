@@ -146,7 +146,9 @@ type FastdropFdConf struct {
 	LateFrom  uint32
 	Ban4      uint32
 	Ban6      uint32
-	_         [4]byte
+	Touch4    uint8
+	Touch6    uint8
+	TouchPad  uint16
 }
 
 type FastdropFdDirect uint32
