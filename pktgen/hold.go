@@ -84,6 +84,9 @@ func (g *Generator) startHold(th *thread, ifindex int, frame []byte) (*holder, e
 	ready := make(chan error, 1)
 	go func() {
 		defer close(h.done)
+		if g.holdLeft != nil {
+			defer g.holdLeft()
+		}
 		// The thread is never given back: it has left the process's
 		// namespace and priority. It ends with this goroutine.
 		runtime.LockOSThread()
@@ -111,7 +114,9 @@ func (g *Generator) startHold(th *thread, ifindex int, frame []byte) (*holder, e
 			// no larger than one frame, out of the senders' cache.
 			errno := testRunLive(fd, data, holdMeta, ifindex, 1<<31, 1)
 			if errno != 0 && errno != unix.EINTR {
+				h.mu.Lock()
 				h.err = fmt.Errorf("pktgen: holding run on ifindex %d: %w", ifindex, errno)
+				h.mu.Unlock()
 				return
 			}
 		}
@@ -127,18 +132,53 @@ func (g *Generator) startHold(th *thread, ifindex int, frame []byte) (*holder, e
 // kernel checks for pending signals between batches), and is repeated in
 // case it came before the thread entered the run. SIGURG is the one the Go
 // runtime sends its own threads to preempt them; it is harmless here.
-func (h *holder) stop() error {
+//
+// Leaving can take long: the last run of the program to end takes it out
+// of the XDP dispatcher and waits for an RCU grace period (which a loaded
+// machine can stretch past a second: CI once saw a cancelled run return
+// after 1.4 s), and at idle priority on a busy CPU the thread runs only
+// now and then. So stop gives the thread normal priority back (allowed to
+// root or with CAP_SYS_NICE; otherwise it stays idle) and returns after
+// holdStopWait even if the thread has not left the kernel yet: the frames
+// it makes are dropped, and Run's caller need not wait for it. g.holds
+// keeps Close from closing the program before it has left.
+func (h *holder) stop(g *Generator) error {
 	h.mu.Lock()
 	h.stopped = true
 	tid := h.tid
 	h.mu.Unlock()
+	_ = unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: unix.SCHED_NORMAL}, 0)
 	pid := unix.Getpid()
+	give := time.After(holdStopWait)
 	for {
 		_ = unix.Tgkill(pid, tid, unix.SIGURG)
 		select {
 		case <-h.done:
-			return h.err
+			return h.runErr()
+		case <-give:
+			g.holds.Add(1)
+			go func() {
+				defer g.holds.Done()
+				for {
+					_ = unix.Tgkill(pid, tid, unix.SIGURG)
+					select {
+					case <-h.done:
+						return
+					case <-time.After(time.Millisecond):
+					}
+				}
+			}()
+			return h.runErr()
 		case <-time.After(time.Millisecond):
 		}
 	}
+}
+
+// holdStopWait is how long stop waits for the holding thread to leave.
+const holdStopWait = 20 * time.Millisecond
+
+func (h *holder) runErr() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
 }

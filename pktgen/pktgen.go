@@ -3,6 +3,7 @@ package pktgen
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -31,6 +32,13 @@ type Options struct {
 // Generator transmits frames with the live-frames test run.
 type Generator struct {
 	objs gen.BasicObjects
+	// holds are the holding runs that Run stopped but that had not yet
+	// left the kernel when it returned (holder.stop): Close waits for
+	// them, so that none enters a run with a closed program.
+	holds sync.WaitGroup
+	// holdLeft, when set (tests only), is called as a holding run's
+	// thread leaves, which it can delay.
+	holdLeft func()
 }
 
 // xdpMD mirrors struct xdp_md, the context of an XDP test run.
@@ -109,5 +117,6 @@ func (g *Generator) Send(ifindex int, frame []byte, count, batch uint32) (uint32
 
 // Close releases the program and its map.
 func (g *Generator) Close() error {
+	g.holds.Wait()
 	return g.objs.Close()
 }

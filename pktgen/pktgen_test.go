@@ -293,3 +293,29 @@ func TestRunHold(t *testing.T) {
 	_, err = pktgen.ParseHold("sometimes")
 	require.ErrorContains(t, err, `hold "sometimes": want auto, on or off`)
 }
+
+// TestRunHoldSlowExit stops a held run whose holding thread is slow to
+// leave the kernel (its run's end waits for an RCU grace period, which a
+// loaded machine stretches past a second; CI once saw a cancelled run
+// return after 1.4 s): Run returns promptly anyway, and Close waits for
+// the thread.
+func TestRunHoldSlowExit(t *testing.T) {
+	veth := testenv.NewVeth(t, testenv.VethOptions{})
+	g, err := pktgen.New(pktgen.Options{})
+	require.NoError(t, err)
+	const slow = 1500 * time.Millisecond
+	pktgen.DelayHoldExit(g, slow)
+	f := frames.UDP4("198.18.0.2", "198.18.0.1", 1024, 9, 18)
+	var st pktgen.Stats
+	start := time.Now()
+	require.NoError(t, veth.InPeerNS(func() error {
+		st, err = g.Run(context.Background(), veth.PeerIndex, f.Bytes, pktgen.RunOptions{Duration: 200 * time.Millisecond, Hold: pktgen.HoldOn})
+		return err
+	}))
+	d := time.Since(start)
+	require.True(t, st.Held)
+	require.Greater(t, st.Sent, uint64(0))
+	require.Less(t, d, slow-500*time.Millisecond, "Run must not wait for the holding thread to leave")
+	require.NoError(t, g.Close())
+	require.GreaterOrEqual(t, time.Since(start), slow, "Close must wait for the holding thread to leave")
+}

@@ -266,7 +266,7 @@ func (g *Generator) Run(ctx context.Context, ifindex int, frame []byte, opts Run
 	if hold != nil {
 		// The run's own error only means it did not hold: the frames
 		// were sent all the same.
-		st.Held = hold.stop() == nil
+		st.Held = hold.stop(g) == nil
 	}
 	return st, firstErr
 }
