@@ -6,10 +6,13 @@
  * in fd_cap_rings at the same index; fd_cap_sample copies each frame that a
  * slot selects into that slot's ring.
  *
- * The program tests one word (fd_main's cap_active: a bit per slot in use,
- * and FD_CAP_RULES while a rule has a sample modifier) after the verdict
- * is known, and calls fd_cap_sample (fastdrop.h) only when it is not
- * zero: with no capture running that is the whole cost. A rule's sample
+ * The program's full path tests one word (fd_main's cap_active: a bit per
+ * slot in use, and FD_CAP_RULES while a rule has a sample modifier) after
+ * the verdict is known, and calls fd_cap_sample (fastdrop.h) only when it
+ * is not zero. While it is not zero, FD_FEAT_CAPTURE in both halves'
+ * fd_conf.features sends every frame down the full path; with no capture
+ * running a frame of a rule set that needs no other feature takes the
+ * plain path, which has no capture code at all. A rule's sample
  * modifier sends 1 in N of its frames to fd_cap_samples, a ring that
  * exists with the program, so the samples wait there for whoever reads
  * them (`xdpdrop capture --rule-samples`). The data path

@@ -71,12 +71,14 @@ static __always_inline int fd_frame(struct xdp_md *ctx, struct fd_main *m, __u32
  * the plain path, which has no code for the features of fd_conf.features
  * (the FlowSpec fields, limits, bans, late rules) nor the capture hook,
  * unless the rule set in force uses one of them or a capture runs
- * (fd_main.cap_active; the trace program has no hook and does not look at
- * it). The choice costs every frame two reads in cache lines it reads
- * anyway and one predictable branch, where the features' own tests, each
- * paid by every frame before any was used, cost 4-12 ns per frame on this
- * machine (docs/BENCHMARKS.md, issue 14). Both paths are the same code
- * (fd_frame), compiled twice. */
+ * (FD_FEAT_CAPTURE, which user space keeps in both halves while
+ * fd_main.cap_active is not 0; the trace program has no hook). The choice
+ * costs every frame one read in a cache line it reads anyway and one
+ * predictable branch, where the features' own tests, each paid by every
+ * frame before any was used, cost 4-12 ns per frame on this machine
+ * (docs/BENCHMARKS.md, issue 14). Both paths are the same code (fd_frame),
+ * compiled twice; the plain one is the same instructions as in a program
+ * without capture support. */
 static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 {
 	__u32 zero = 0, half, use;
@@ -95,8 +97,6 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 	 * too (as rcu_dereference relies on). */
 	half = *(volatile __u32 *)&m->state.active & 1;
 	use = m->half[half].conf.features;
-	if (!trace)
-		use |= *(volatile __u32 *)&m->cap_active;
 	if (use)
 		return fd_frame(ctx, m, half, trace, 1);
 	return fd_frame(ctx, m, half, trace, 0);

@@ -128,7 +128,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 19,
+	FD_LAYOUT_VERSION = 20,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
@@ -253,15 +253,22 @@ enum fd_layout {
 	/* fd_conf.features: what of the rule set in force needs more than
 	 * the plain path (fd_run): compound rules that use a field beyond
 	 * FD_FLD_PLAIN, limit rules, bans to look up, late rules while there
-	 * are prefix rules (without, a late rule is judged as any other). With none
-	 * of them and no capture (fd_main.cap_active 0), a frame takes the
-	 * plain path, which has no code for any of them: one test of
-	 * (features | cap_active) is all they cost a frame that needs none
+	 * are prefix rules (without, a late rule is judged as any other), and
+	 * a capture or rule samples (FD_FEAT_CAPTURE). With none of them a
+	 * frame takes the plain path, which has no code for any of them: one
+	 * test of features is all they cost a frame that needs none
 	 * (measured A/B, docs/BENCHMARKS.md, issues 14, 16 and 20). */
 	FD_FEAT_FIELDS = 1 << 0,
 	FD_FEAT_LIMIT = 1 << 1,
 	FD_FEAT_BANS = 1 << 2,
 	FD_FEAT_LATE = 1 << 3,
+	/* Set in both halves' features while fd_main.cap_active is not 0,
+	 * by user space (fastdrop's SyncCapture, run by whoever changes
+	 * either word): the rule set's compiler does not know of captures,
+	 * which other processes start and stop. Kept in features, and not
+	 * read from cap_active by the plain path, so that the plain path is
+	 * the same code as a program without capture support (issue 16). */
+	FD_FEAT_CAPTURE = 1 << 4,
 	/* The fields the plain path reads: those of the first matcher (see
 	 * enum fd_field); any other one a rule uses sets FD_FEAT_FIELDS. */
 	FD_FLD_PLAIN = (1 << FD_FLD_ETHER) | (1 << FD_FLD_PROTO) | (1 << FD_FLD_SPORT) |
@@ -704,8 +711,9 @@ struct fd_half {
 struct fd_main {
 	struct fd_state state;
 	/* Bit i: capture slot i is in use (capture.h). Non-zero makes the
-	 * program offer each frame to fd_cap_sample; beside state.active,
-	 * in the cache line every frame reads anyway. */
+	 * full path offer each frame to fd_cap_sample (FD_FEAT_CAPTURE puts
+	 * every frame on it meanwhile); beside state.active, in the cache
+	 * line every frame reads anyway. */
 	__u32 cap_active;
 	__u8 pad0[FD_MAIN_STAMP - FD_MAIN_CAP_ACTIVE - 4];
 	struct fd_stamp stamp;

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
+	"github.com/xdpdrop/xdpdrop/fastdrop"
 	"github.com/xdpdrop/xdpdrop/gen"
 	"github.com/xdpdrop/xdpdrop/internal/caps"
 )
@@ -232,6 +233,11 @@ func Start(m Maps, sel Selection) (*Capture, error) {
 	}
 	c.monoOffset = monoOffset()
 	ctl.or(offActive, 1<<c.slot)
+	// The program samples only on its full path, which frames take
+	// while the flag that follows cap_active is set.
+	if err := fastdrop.SyncCapture(m.Main); err != nil {
+		return fail(err)
+	}
 	return c, nil
 }
 
@@ -435,6 +441,8 @@ func (c *Capture) release() error {
 	var errs []error
 	if c.slot >= 0 {
 		c.ctl.and(offActive, ^uint32(1<<c.slot))
+		// The last capture to end puts frames back on the plain path.
+		errs = append(errs, fastdrop.SyncCapture(c.maps.Main))
 		if err := c.maps.Rings.Delete(uint32(c.slot)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, fmt.Errorf("capture: unregister ring buffer: %w", err))
 		}

@@ -211,3 +211,13 @@ func numAt(n *Nums, at uintptr) *Num { return (*Num)(unsafe.Add(unsafe.Pointer(n
 
 // numOf returns r's value of the numeric field f; r.Nums must not be nil.
 func (f *matchField) numOf(r *Rule) *Num { return numAt(r.Nums, f.numAt) }
+
+// word is the 4-byte word at the start of b, for atomic access to map
+// memory that other processes and the program share.
+func word(b []byte) *atomic.Uint32 {
+	_ = b[3] // bounds
+	return (*atomic.Uint32)(unsafe.Pointer(&b[0]))
+}
+
+// confFeaturesOff is fd_conf.features' offset in its struct.
+const confFeaturesOff = int64(unsafe.Offsetof(gen.FastdropFdConf{}.Features))

@@ -1362,7 +1362,8 @@ func (e *Engine) writeConf(h uint32, c gen.FastdropFdConf) error {
 	if err != nil {
 		return fmt.Errorf("write configuration: %w", err)
 	}
-	return nil
+	// c.Features has no FD_FEAT_CAPTURE: captures are other processes'.
+	return syncCapture(e.mem.ctl)
 }
 
 // loadLocked rebuilds the engine's view of the rule set from the kernel:
@@ -1720,12 +1721,12 @@ func (e *Engine) commitLocked(p *plan) error {
 			return errors.Join(fmt.Errorf("fastdrop: %w", err), rerr)
 		}
 		e.mem.active.setRuleSamples(e.nsampled > 0)
-		return fmt.Errorf("fastdrop: %w", err)
+		return errors.Join(fmt.Errorf("fastdrop: %w", err), syncCapture(e.mem.ctl))
 	}
 	// After the flip: the records of the new set, which the program reads
 	// for their sample modifiers, are written.
 	e.mem.active.setRuleSamples(e.nsampled > 0)
-	return nil
+	return syncCapture(e.mem.ctl)
 }
 
 // compileChange updates the mirrors from the rule set in force to the

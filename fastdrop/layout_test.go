@@ -35,7 +35,9 @@ var layoutFingerprints = map[uint32]string{
 	17: "4611f0412542e26c", // the policers on jiffies (fd_ban.end, fd_police.ban_end), fd_pol_src a set-associative array (fd_src_set, fd_src_ent, FD_SRC_WAYS), fd_pcnt.evicted; fd_police, fd_pcnt, fd_src_key, fd_ban fingerprinted from here on
 	// 16 was h/hot's before it merged main's 17: never released.
 	18: "9b7aba8b9cecd610", // fd_conf.features and FD_FEAT_*: the plain path for rule sets that need none
-	19: "5d07b9e69cc09724", // fd_src_ent of 16 bytes (tag, tat) in sets of 8 (FD_SRC_WAYS), two lines each; fd_conf.touch4/6
+	19: "173aa0f341ea46b5", // FD_FEAT_CAPTURE: captures set a feature bit instead of the plain path reading cap_active
+	// 19 was also h/police's before it merged main's 19: never released.
+	20: "77c0000ae458b003", // fd_src_ent of 16 bytes (tag, tat) in sets of 8 (FD_SRC_WAYS), two lines each; fd_conf.touch4/6
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

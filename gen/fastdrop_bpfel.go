@@ -215,7 +215,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 19
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 20
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_LISTS_SIZE      FastdropFdLayout = 1024
@@ -279,6 +279,7 @@ const (
 	FastdropFdLayoutFD_FEAT_LIMIT      FastdropFdLayout = 2
 	FastdropFdLayoutFD_FEAT_BANS       FastdropFdLayout = 4
 	FastdropFdLayoutFD_FEAT_LATE       FastdropFdLayout = 8
+	FastdropFdLayoutFD_FEAT_CAPTURE    FastdropFdLayout = 16
 	FastdropFdLayoutFD_FLD_PLAIN       FastdropFdLayout = 255
 	FastdropFdLayoutFD_MAIN_CAP_ACTIVE FastdropFdLayout = 16
 	FastdropFdLayoutFD_MAIN_STAMP      FastdropFdLayout = 64

@@ -320,11 +320,11 @@ status:
 	require.True(t, strings.HasPrefix(is.Policy, "pass/"), "policy %s: the drop command's, the agent's files name none", is.Policy)
 
 	want := map[string]string{
-		"drop udp dport 7101":             "drop",
-		"drop src 198.51.100.7/32":        "drop",
-		"redirect udp dport 7300 queue 0": "redirect",
-		"drop udp dport 7201":             "agent:file",
-		"drop src 203.0.113.0/24":         "agent:file",
+		"drop udp dport 7101":      "drop",
+		"drop src 198.51.100.7/32": "drop",
+		"redirect udp dport 7300":  "redirect",
+		"drop udp dport 7201":      "agent:file",
+		"drop src 203.0.113.0/24":  "agent:file",
 	}
 	origins := func() map[string]string {
 		out := map[string]string{}
@@ -352,14 +352,14 @@ status:
 	rl := listRules(t, v.Name)
 	require.Equal(t, uint64(10), rl["drop udp dport 7101"].Packets, "the drop command's rule stays in force")
 	require.Equal(t, uint64(20), rl["drop udp dport 7202"].Packets)
-	require.Equal(t, uint64(30), rl["redirect udp dport 7300 queue 0"].Packets, "the redirect's rule stays in force")
+	require.Equal(t, uint64(30), rl["redirect udp dport 7300"].Packets, "the redirect's rule stays in force")
 	require.Equal(t, uint64(30), statsJSON(t, v.Name).verdict("drop"))
 	qs := stopRedirect(t, red, rederr)
 	require.Equal(t, uint64(30), total(qs, func(q jsonQueue) uint64 { return q.RxFrames }), "the redirect's frames reached its socket")
 	// The redirect is gone; the agent's next swap keeps the drop command's rules.
 	require.NoError(t, os.WriteFile(tmp, []byte("drop udp dport 7203\n"), 0o600))
 	require.NoError(t, os.Rename(tmp, rules))
-	delete(want, "redirect udp dport 7300 queue 0")
+	delete(want, "redirect udp dport 7300")
 	delete(want, "drop udp dport 7202")
 	want["drop udp dport 7203"] = "agent:file"
 	// Until the agent's swap is in force; if it never is, say which rule

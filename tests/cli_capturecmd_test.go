@@ -383,7 +383,7 @@ func TestCLICaptureRedirect(t *testing.T) {
 		by[strconv.Itoa(int(act))+" "+c[:strings.Index(c, " queue=")]]++
 	}
 	require.Equal(t, map[string]int{
-		`4 verdict=redirect rule=1 origin=redirect rule_text="redirect udp dport 53 queue 0"`: 40,
-		`1 verdict=drop rule=1 rule_text="drop udp dport 54"`:                                 20,
+		`4 verdict=redirect rule=1 origin=redirect rule_text="redirect udp dport 53"`: 40,
+		`1 verdict=drop rule=1 rule_text="drop udp dport 54"`:                         20,
 	}, by)
 }

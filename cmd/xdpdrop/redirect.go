@@ -70,7 +70,8 @@ adds its rules to it) and detaches it on exit unless other rules remain.
 
 --filter takes a rule file (docs/RULES.md): drop, pass and redirect rules
 with any fields, queue too. Its rules apply to the selected queues only: a
-rule without queue is given them, a rule with queue must lie within them.
+rule without queue is given them (unless they are all the interface's
+queues: then it stays as written), a rule with queue must lie within them.
 'policy' sets what happens to the rest of those frames: pass (the default)
 leaves them to the interface's rules and policy, redirect or drop takes
 them. Without --filter every frame of the selected queues goes to user
@@ -144,7 +145,14 @@ func queueRuns(queues []int) []fastdrop.PortRange {
 // queues, then its policy, unless pass, as a last rule for them (without
 // a file: redirect). The error names the line of a rule that reaches past
 // the queues.
-func redirectRules(path string, queues []int) (*fastdrop.RuleSet, string, error) {
+//
+// With every queue of the interface selected (every) the limit would
+// exclude nothing, so rules without a queue field are left without one:
+// the queue field is one the fast-drop program's plain path does not read,
+// and a rule set that uses it takes the full path (bpf/fastdrop.c), which
+// would make the trivial filter (every frame to its queue's socket) cost
+// what FlowSpec fields cost.
+func redirectRules(path string, queues []int, every bool) (*fastdrop.RuleSet, string, error) {
 	runs := queueRuns(queues)
 	selected := map[int]bool{}
 	for _, q := range queues {
@@ -163,6 +171,10 @@ func redirectRules(path string, queues []int) (*fastdrop.RuleSet, string, error)
 	out := &fastdrop.RuleSet{}
 	for _, r := range in.Rules {
 		if r.Nums == nil || !r.Nums.Queue.IsSet() {
+			if every {
+				out.Rules = append(out.Rules, r)
+				continue
+			}
 			for _, run := range runs {
 				rr := r
 				rr.Nums = r.Nums.Clone()
@@ -179,7 +191,9 @@ func redirectRules(path string, queues []int) (*fastdrop.RuleSet, string, error)
 		out.Rules = append(out.Rules, r)
 	}
 	policy := in.EffectivePolicy()
-	if policy != fastdrop.ActionPass {
+	if policy != fastdrop.ActionPass && every {
+		out.Rules = append(out.Rules, fastdrop.Rule{Action: policy})
+	} else if policy != fastdrop.ActionPass {
 		for _, run := range runs {
 			out.Rules = append(out.Rules, fastdrop.Rule{Action: policy, Nums: &fastdrop.Nums{Queue: fastdrop.NumRange(uint32(run.Lo), uint32(run.Hi))}})
 		}
@@ -192,6 +206,21 @@ func redirectRules(path string, queues []int) (*fastdrop.RuleSet, string, error)
 		return nil, "", fmt.Errorf("%s: %d rules for %d runs of queues: more than the %d compound rules one program holds; select fewer runs of queues or write fewer rules", path, len(out.Rules), len(runs), fastdrop.MaxCompoundRules)
 	}
 	return out, note, nil
+}
+
+// allQueues reports whether queues holds every queue of all (the
+// interface's), and so needs no limit.
+func allQueues(queues, all []int) bool {
+	set := map[int]bool{}
+	for _, q := range queues {
+		set[q] = true
+	}
+	for _, q := range all {
+		if !set[q] {
+			return false
+		}
+	}
+	return len(all) > 0
 }
 
 // queueList writes queues as --queues takes them: 0-2,5.
@@ -266,12 +295,14 @@ func (a *app) redirect(ctx context.Context, f *redirectFlags) (err error) {
 	if err != nil {
 		return err
 	}
-	if queues == nil {
-		if queues, err = xsk.AllQueues(f.iface); err != nil {
-			return err
-		}
+	all, err := xsk.AllQueues(f.iface)
+	if err != nil {
+		return err
 	}
-	rs, filterNote, err := redirectRules(f.filter, queues)
+	if queues == nil {
+		queues = all
+	}
+	rs, filterNote, err := redirectRules(f.filter, queues, allQueues(queues, all))
 	if err != nil {
 		return err
 	}
