@@ -175,6 +175,11 @@ func BenchmarkLimitVethSpread(b *testing.B) {
 	for _, size := range []int{1 << 16, 1 << 20, 1 << 22} {
 		rows = append(rows, row{fmt.Sprintf("limit per src, table %d", size), 65536, perSrc(size)})
 	}
+	// What the per-source row's conforming frames cost on their own: a
+	// drop rule that passes the 2,048 sources of a /21 (3.1% of the
+	// frames; the per-source row passes one frame a second of each of
+	// its 65,536 sources, about 3% at 2 Mpps) to the stack.
+	rows = append(rows, row{"drop rule, 3.1% passed", 65536, benchEngine(b, kParse(b, "pass src 198.18.0.0/21 udp dport 9\ndrop udp dport 9\n"))})
 	rates := make([][]float64, len(rows))
 	ratios := make([][]float64, len(rows))
 	conform := make([]uint64, len(rows))
