@@ -67,6 +67,19 @@ static __always_inline int fd_frame(struct xdp_md *ctx, struct fd_main *m, __u32
 	return verdict;
 }
 
+/* fd_frame_full is the full path of the program that runs on interfaces,
+ * out of line (a BPF-to-BPF call, a few instructions for the frames that
+ * take it): clang allocates registers and stack slots over a whole
+ * function, so with both paths inlined a change to the full path (the
+ * capture hook, a FlowSpec field) reshuffled the plain path's spills too,
+ * which moved rows of BenchmarkFastdrop by 1-4 ns either way. Apart, the
+ * plain path is the same code whatever the full path holds: a program
+ * without capture support has the same xdp_fastdrop (issue 16). */
+static __noinline int fd_frame_full(struct xdp_md *ctx, struct fd_main *m, __u32 half)
+{
+	return fd_frame(ctx, m, half & 1, 0, 1);
+}
+
 /* fd_run is the drop program, with trace as for fd_frame. A frame takes
  * the plain path, which has no code for the features of fd_conf.features
  * (the FlowSpec fields, limits, bans, late rules) nor the capture hook,
@@ -77,8 +90,7 @@ static __always_inline int fd_frame(struct xdp_md *ctx, struct fd_main *m, __u32
  * predictable branch, where the features' own tests, each paid by every
  * frame before any was used, cost 4-12 ns per frame on this machine
  * (docs/BENCHMARKS.md, issue 14). Both paths are the same code (fd_frame),
- * compiled twice; the plain one is the same instructions as in a program
- * without capture support. */
+ * compiled twice, the full one out of line (fd_frame_full). */
 static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 {
 	__u32 zero = 0, half, use;
@@ -97,8 +109,11 @@ static __always_inline int fd_run(struct xdp_md *ctx, const int trace)
 	 * too (as rcu_dereference relies on). */
 	half = *(volatile __u32 *)&m->state.active & 1;
 	use = m->half[half].conf.features;
-	if (use)
-		return fd_frame(ctx, m, half, trace, 1);
+	if (use) {
+		if (trace)
+			return fd_frame(ctx, m, half, 1, 1);
+		return fd_frame_full(ctx, m, half);
+	}
 	return fd_frame(ctx, m, half, trace, 0);
 }
 
