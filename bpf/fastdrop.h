@@ -411,12 +411,6 @@ struct fd_conf {
 	 * rules and of the bans that outlive them. */
 	__u32 ban4;
 	__u32 ban6;
-	/* The per src length of the first limit rule with per src (IPv4,
-	 * IPv6), 0 if none: a frame's set of fd_pol_src under it is read
-	 * before the rules (fd_src_touch). */
-	__u8 touch4;
-	__u8 touch6;
-	__u16 touch_pad;
 };
 
 /* One half of the compound-rule tables. */
@@ -883,8 +877,7 @@ struct {
  * key's fold (hi ^ lo * odd ^ epoch << 32 | id), which for IPv4 is the
  * key itself (an epoch is one rule's), so two IPv4 sources never share a
  * bucket; two IPv6 sources share one only if their 128-bit folds meet
- * (about 2^-64 a pair). The set is of the masked source alone (not its
- * rule), so that it can be read before the rules are (fd_src_touch). */
+ * (about 2^-64 a pair). */
 struct fd_src_ent {
 	__u64 tag; /* fd_src_tag of the source's key; 0 = empty */
 	__u64 tat;
@@ -1565,34 +1558,12 @@ static __always_inline int fd_banned(__u32 lens, __u32 family, __u64 hi, __u64 l
 }
 
 /* fd_src_set_of is the set of fd_pol_src of a source masked into k (see
- * struct fd_src_ent): of the source alone. */
+ * struct fd_src_ent): of the source alone, its rule told apart by the
+ * tag. */
 static __always_inline __u32 fd_src_set_of(const struct fd_src_key *k)
 {
 	return ((k->hi ^ (k->lo * 0xff51afd7ed558ccdULL)) * 0x9e3779b97f4a7c15ULL) >> 40 &
 	       fd_src_sets_mask;
-}
-
-/* fd_src_touch reads the first word of the source's set under per src
- * length len, and throws it away: that set is in a table too big for the
- * caches (one line in 4 MiB for each frame, with many sources), and the
- * read, made before the rules, has its miss overlap the classifier's work
- * instead of stalling fd_police_run after it (measured: docs/BENCHMARKS.md,
- * issue 15, 2026-12-01). Only for rule sets with a per src limit rule
- * (fd_conf.touch4/6), on the full path. */
-static __always_inline void fd_src_touch(__u32 family, __u64 hi, __u64 lo, __u32 len)
-{
-	struct fd_src_key k;
-	struct fd_src_set *set;
-	__u32 si;
-	__u64 v;
-
-	fd_src_mask(&k, family, hi, lo, len);
-	si = fd_src_set_of(&k);
-	set = bpf_map_lookup_elem(&fd_pol_src, &si);
-	if (!set)
-		return;
-	v = *(volatile __u64 *)&set->way[0].tag;
-	asm volatile("" : : "r"(v));
 }
 
 /* This CPU's counters of police entry idx. */
@@ -1949,12 +1920,6 @@ static __always_inline struct fd_result fd_decide_in(const void *arg, const stru
 			(FD_SLOT_MALFORMED + (c->malformed & 3));
 		return r;
 	}
-
-	/* The source's per-source bucket set, early (fd_src_touch). */
-	if (full && p->family == 4 && c->touch4)
-		fd_src_touch(4, p->src4, 0, c->touch4);
-	else if (full && p->family == 6 && c->touch6)
-		fd_src_touch(6, p->src6[0], p->src6[1], c->touch6);
 
 	/* Bans first (IPv4 frames carry their address in hi). */
 	if (full && p->family == 4 && c->ban4 && fd_banned(c->ban4, 4, p->src4, 0))

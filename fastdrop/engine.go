@@ -2196,7 +2196,6 @@ func (e *Engine) confFor(h uint32) gen.FastdropFdConf {
 	c.Ncompound = uint32(len(e.cls.vals))
 	c.LateFrom = uint32(e.cls.lateFrom)
 	c.Ban4, c.Ban6 = packLens(e.pol.lens4), packLens(e.pol.lens6)
-	c.Touch4, c.Touch6 = e.pol.touch4, e.pol.touch6
 	c.Features = features(&c)
 	return c
 }

@@ -37,7 +37,7 @@ var layoutFingerprints = map[uint32]string{
 	18: "9b7aba8b9cecd610", // fd_conf.features and FD_FEAT_*: the plain path for rule sets that need none
 	19: "173aa0f341ea46b5", // FD_FEAT_CAPTURE: captures set a feature bit instead of the plain path reading cap_active
 	// 19 was also h/police's before it merged main's 19: never released.
-	20: "77c0000ae458b003", // fd_src_ent of 16 bytes (tag, tat) in sets of 8 (FD_SRC_WAYS), two lines each; fd_conf.touch4/6
+	20: "862cf21af45ade3f", // fd_src_ent of 16 bytes (tag, tat) in sets of 8 (FD_SRC_WAYS), two lines each
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

@@ -45,16 +45,12 @@ type policeState struct {
 	next  uint16
 	// The ban prefix lengths the configurations list (fd_conf.ban4/6).
 	lens4, lens6 []uint8
-	// The per src lengths of the first limit rule with per src
-	// (fd_conf.touch4/6), 0 if none.
-	touch4, touch6 uint8
 }
 
 func (ps *policeState) reset() {
 	ps.of, ps.epoch = make(map[uint32]uint16), make(map[uint32]uint32)
 	ps.free, ps.next = nil, 1
 	ps.lens4, ps.lens6 = nil, nil
-	ps.touch4, ps.touch6 = 0, 0
 }
 
 // cval is the val of compound rule r with counter slot s: a limit rule's
@@ -215,17 +211,9 @@ func split(total Counter, pc gen.FastdropFdPcnt) LimitCounter {
 
 // banLens works out the ban prefix lengths the configurations list: those
 // of the rules that ban, then those of live bans (which outlive their
-// rules), at most FD_BAN_LENS per family; and the per src lengths frames'
-// bucket sets are read under before the rules (fd_conf.touch4/6).
+// rules), at most FD_BAN_LENS per family.
 func (e *Engine) banLens(rules []Rule) error {
 	var l4, l6 []uint8
-	e.pol.touch4, e.pol.touch6 = 0, 0
-	for i := range rules {
-		if lim := rules[i].Limit; rules[i].Action == ActionLimit && lim != nil && lim.PerSrc {
-			e.pol.touch4, e.pol.touch6 = lim.lens()
-			break
-		}
-	}
 	add := func(l *[]uint8, n uint8) bool {
 		if slices.Contains(*l, n) {
 			return true

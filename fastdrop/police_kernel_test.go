@@ -413,28 +413,3 @@ func TestLimitTableQuarterFull(t *testing.T) {
 		t.Errorf("%d buckets made for %d sources, want at most %d", lc.Sources, sources, sources+sources/200)
 	}
 }
-
-// TestLimitTouchLengths: the configuration names the per src lengths of
-// the first limit rule with per src (fd_conf.touch4/6, under which every
-// frame's bucket set is read before the rules), and none without one.
-func TestLimitTouchLengths(t *testing.T) {
-	opts := testOptions
-	opts.testClock = true
-	e := newTestEngine(t, opts)
-	for _, tc := range []struct {
-		rules        string
-		want4, want6 uint8
-	}{
-		{"drop udp dport 53\nlimit 10/s udp dport 54\n", 0, 0},
-		{"limit 10/s udp dport 54\nlimit 10/s per src/24 udp dport 53\nlimit 10/s per src udp dport 55\n", 24, 128},
-		{"limit 10/s per src udp dport 55\nlimit 10/s per src/24 udp dport 53\n", 32, 128},
-	} {
-		mustApply(t, e, kParse(t, tc.rules))
-		e.mu.Lock()
-		c := e.confFor(0)
-		e.mu.Unlock()
-		if c.Touch4 != tc.want4 || c.Touch6 != tc.want6 {
-			t.Errorf("%q: touch4/6 %d/%d, want %d/%d", tc.rules, c.Touch4, c.Touch6, tc.want4, tc.want6)
-		}
-	}
-}

@@ -146,9 +146,7 @@ type FastdropFdConf struct {
 	LateFrom  uint32
 	Ban4      uint32
 	Ban6      uint32
-	Touch4    uint8
-	Touch6    uint8
-	TouchPad  uint16
+	_         [4]byte
 }
 
 type FastdropFdDirect uint32
