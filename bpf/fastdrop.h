@@ -867,12 +867,15 @@ struct {
  * A way is 16 bytes and a set two 64-byte lines (the map is mmapable, so
  * its values start on a page and every set on 128 bytes). A new source
  * takes a full way of the first line before one of the second, and a
- * lookup stops at its way: with the table a quarter full (65,536 sources
- * in the default 262,144 buckets) about 96% of sources are in their
- * set's first line and cost a frame one line, and a set of 8 overflows
- * (its sources evicting each other, every frame a fresh bucket that
- * passes) for about 0.1% of them, where sets of 4 in two lines each
- * (32-byte ways) cost two lines and overflowed for 14% at half full. The
+ * lookup stops at its way: with the table a quarter full (65,536 random
+ * sources in the default 262,144 buckets) about 96% of sources are in
+ * their set's first line and cost a frame one line, and about 0.1% are
+ * in a set of more than 8 (sources evicting each other, every frame a
+ * fresh bucket that passes), where the 131,072 32-byte buckets in sets
+ * of 4 that were here before cost two lines and put about 14% of such
+ * sources in sets of more than 4. (Consecutive addresses spread evenly
+ * over the sets with this hash: the live benchmark's 65,536 put 2 in
+ * each, in both layouts.) The
  * way holds the key's hash, not the key: the hash is a bijection of the
  * key's fold (hi ^ lo * odd ^ epoch << 32 | id), which for IPv4 is the
  * key itself (an epoch is one rule's), so two IPv4 sources never share a
