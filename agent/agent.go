@@ -492,7 +492,7 @@ func (a *Agent) reconcileBGP(ic InterfaceConfig, routes []RouteStatus, rules []f
 	for i := range rules {
 		want[i] = rules[i].String()
 	}
-	if a.inheritedFor(ic.Name, want) {
+	if a.inheritedFor(ic.Name, want, rules) {
 		return // a previous agent's rules stay in force for now
 	}
 	a.mu.Lock()
@@ -601,7 +601,7 @@ func (a *Agent) inherit() {
 // in order): until the stale time ends, unless want has every one of
 // them (then want is put in force as usual). While they stay, status
 // counts them as the interface's FlowSpec rules in force.
-func (a *Agent) inheritedFor(iface string, want []string) bool {
+func (a *Agent) inheritedFor(iface string, want []string, rules []fastdrop.Rule) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	inh, ok := a.inherited[iface]
@@ -612,13 +612,15 @@ func (a *Agent) inheritedFor(iface string, want []string) bool {
 	if !time.Now().Before(a.inheritUntil) {
 		why = "the stale time ended"
 	} else {
+		// A destination-only route's rule in either of its forms (a
+		// previous agent may have left it compound: dstplace.go).
 		left := map[string]int{}
-		for _, w := range want {
-			left[w]++
+		for i := range rules {
+			left[sameMatchKey(&rules[i])]++
 		}
 		covered := true
 		for i := range inh {
-			k := inh[i].String()
+			k := sameMatchKey(&inh[i])
 			if left[k] == 0 {
 				covered = false
 				break
@@ -769,30 +771,76 @@ func (a *Agent) flowSpecRules(fileCompound int) ([]RouteStatus, []fastdrop.Rule,
 		return cands[i].st.Neighbor < cands[j].st.Neighbor
 	})
 	a.trCache = cache
-	room := min(a.cfg.BGP.MaxRules, fastdrop.MaxCompoundRules-fileCompound)
-	var rules []fastdrop.Rule
-	var owner []int
+	// The routes in order while max_rules allows, then the destination
+	// table takes what it may (dstplace.go), then the compound rules left
+	// must fit beside the files' (refusing a route that has compound
+	// rules never changes what the table may take: it only removes a
+	// rule judged before it).
+	type taken struct {
+		c     cand
+		rules []fastdrop.Rule
+	}
+	var take []taken
+	total := 0
 	seen := map[string]bool{} // an NLRI from two neighbours: the first in order wins
 	out := make([]RouteStatus, 0, len(cands))
-	for _, c := range cands {
+	at := make([]int, len(cands)) // cands index -> take index, -1
+	for k, c := range cands {
+		at[k] = -1
+		st := &cands[k].st
+		if st.State != RouteAccepted {
+			continue
+		}
+		key := st.Family + " " + st.NLRI
+		switch {
+		case seen[key]:
+			st.State, st.Reason = RouteShadowed, "the same route from another neighbour is in force"
+		case total+len(c.tr.Rules) > a.cfg.BGP.MaxRules:
+			st.State, st.Reason = RouteRefused, fmt.Sprintf("no room: %d rules from BGP at most (bgp max_rules)", a.cfg.BGP.MaxRules)
+		default:
+			seen[key] = true
+			total += len(c.tr.Rules)
+			at[k] = len(take)
+			take = append(take, taken{c: c, rules: slices.Clone(c.tr.Rules)})
+		}
+	}
+	var flat []fastdrop.Rule
+	for _, t := range take {
+		flat = append(flat, t.rules...)
+	}
+	if len(flat) > 0 {
+		if blockers, ok := a.dstBlockers(); ok {
+			placeDst(flat, blockers)
+		}
+	}
+	room := fastdrop.MaxCompoundRules - fileCompound
+	compound := 0
+	var rules []fastdrop.Rule
+	var owner []int
+	off := 0
+	for k, c := range cands {
 		st := c.st
-		if st.State == RouteAccepted {
-			key := st.Family + " " + st.NLRI
-			switch {
-			case seen[key]:
-				st.State, st.Reason = RouteShadowed, "the same route from another neighbour is in force"
-			case len(rules)+len(c.tr.Rules) > room:
-				st.State, st.Reason = RouteRefused, fmt.Sprintf("no room: %d rules from BGP at most (bgp max_rules %d; %d compound rules in all, %d of them from files)", room, a.cfg.BGP.MaxRules, fastdrop.MaxCompoundRules, fileCompound)
-			default:
-				seen[key] = true
-				rules = append(rules, c.tr.Rules...)
-				for range c.tr.Rules {
+		if t := at[k]; t >= 0 {
+			rs := flat[off : off+len(take[t].rules)]
+			off += len(take[t].rules)
+			n := 0
+			for i := range rs {
+				if !rs[i].IsPrefixOnly() {
+					n++
+				}
+			}
+			if compound+n > room {
+				st.State, st.Reason = RouteRefused, fmt.Sprintf("no room: %d compound rules from BGP at most (%d compound rules in all, %d of them from files; only routes of a destination prefix alone may be prefix rules)", room, fastdrop.MaxCompoundRules, fileCompound)
+			} else {
+				compound += n
+				rules = append(rules, rs...)
+				for range rs {
 					owner = append(owner, len(out))
 				}
-				for _, r := range c.tr.Rules {
-					st.Rules = append(st.Rules, r.String())
+				for i := range rs {
+					st.Rules = append(st.Rules, rs[i].String())
 				}
-				if len(c.tr.Rules) == 0 {
+				if len(rs) == 0 {
 					st.Reason = "no filtering action and the terminal-action bit set: nothing to do"
 				}
 			}
@@ -800,6 +848,39 @@ func (a *Agent) flowSpecRules(fileCompound int) ([]RouteStatus, []fastdrop.Rule,
 		out = append(out, st)
 	}
 	return out, rules, owner
+}
+
+// dstBlockers returns the rules of the other origins on the interfaces
+// FlowSpec rules go to that bear on which FlowSpec rules may go to the
+// destination prefix table (fastdrop.Engine.DstBlockers), all of them
+// together (what blocks on one interface blocks on all: a rule kept
+// compound is never wrong). ok is false when they could not be read:
+// then every rule stays compound.
+func (a *Agent) dstBlockers() (_ []fastdrop.Rule, ok bool) {
+	rd, can := a.plane.(dstBlockerReader)
+	if !can {
+		return nil, true
+	}
+	var all []fastdrop.Rule
+	for _, ic := range a.cfg.Interfaces {
+		if !a.cfg.appliesFlowSpec(ic.Name) {
+			continue
+		}
+		b, err := rd.dstBlockers(ic, OriginFlowSpec)
+		if err != nil {
+			a.log.Warn("the rules of other origins could not be read: FlowSpec rules stay compound rules", "interface", ic.Name, "error", err)
+			return nil, false
+		}
+		all = append(all, b...)
+	}
+	return all, true
+}
+
+// dstBlockerReader is a dataplane that can list the rules of the other
+// origins that bear on the destination prefix table (nil, nil: none, or
+// nothing attached).
+type dstBlockerReader interface {
+	dstBlockers(ic InterfaceConfig, origin string) ([]fastdrop.Rule, error)
 }
 
 // logRouteChanges logs each route whose state changed since the last pass.

@@ -215,7 +215,9 @@ bgp:
 	for _, p := range []*api.Path{memcached, net10, net10proto, vrf, v6} {
 		an.announce(t, p)
 	}
-	want := "pass udp src 192.0.2.0/24; drop ether ipv4 tcp dst 10.0.0.0/8; drop ether ipv4 dst 10.0.0.0/8; drop ether ipv4 udp dport 11211; drop ether ipv6 udp dst 2001:db8::/32"
+	// The destination-only route as a destination prefix rule: the rules
+	// after it have its effect (drop) or another family.
+	want := "pass udp src 192.0.2.0/24; drop ether ipv4 tcp dst 10.0.0.0/8; drop dst 10.0.0.0/8; drop ether ipv4 udp dport 11211; drop ether ipv6 udp dst 2001:db8::/32"
 	eventually(t, "FlowSpec rules in force in RFC 8955 order", 10*time.Second, func() bool { return plane.rules("test0") == want })
 	// The refused route may come in a later batch than the four in force.
 	eventually(t, "five routes received", 10*time.Second, func() bool { return ag.Status().BGP.Received == 5 })

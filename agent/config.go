@@ -86,8 +86,10 @@ type BGPConfig struct {
 	Interfaces []string `yaml:"interfaces"`
 	// MaxRules is the largest number of rules accepted from BGP (per
 	// interface); routes beyond it, the last in RFC 8955 order, are
-	// refused. Default and ceiling: what the compound-rule table has room
-	// for beside the file rules.
+	// refused. Default 100,000, at most 1,000,000. The compound rules
+	// among them (every rule but those of routes of a destination prefix
+	// alone, which go to the destination prefix table) must besides fit
+	// beside the file rules' in the 256 of the compound-rule table.
 	MaxRules int `yaml:"max_rules"`
 	// StaleTime is how long the rules of a neighbour whose session went
 	// down stay in force (as graceful restart keeps routes), unless it
@@ -264,11 +266,11 @@ func (b *BGPConfig) check(ifaces map[string]bool) error {
 			return fmt.Errorf("interfaces: %s is not one of the interfaces above", n)
 		}
 	}
-	if b.MaxRules < 0 || b.MaxRules > fastdrop.MaxCompoundRules {
-		return fmt.Errorf("max_rules %d: want 1-%d (FlowSpec rules are compound rules, of which one program holds %d)", b.MaxRules, fastdrop.MaxCompoundRules, fastdrop.MaxCompoundRules)
+	if b.MaxRules < 0 || b.MaxRules > MaxBGPRules {
+		return fmt.Errorf("max_rules %d: want 1-%d", b.MaxRules, MaxBGPRules)
 	}
 	if b.MaxRules == 0 {
-		b.MaxRules = fastdrop.MaxCompoundRules
+		b.MaxRules = DefaultMaxBGPRules
 	}
 	if b.StaleTime < 0 {
 		return errors.New("stale_time must not be negative")

@@ -18,7 +18,7 @@ func TestConfigErrors(t *testing.T) {
 		{"interfaces:\n  - name: eth3\n", "eth3 has no rules"},
 		{"interfaces:\n  - name: eth3\nbgp:\n  local_as: 1\n  router_id: 10.0.0.1\n  neighbors:\n    - address: 10.0.0.2\n      as: 2\n      families: [ipv4-unicast]\n", `family "ipv4-unicast"`},
 		{"interfaces:\n  - name: eth3\nbgp:\n  local_as: 1\n  router_id: 10.0.0.1\n  interfaces: [eth4]\n  neighbors:\n    - {address: 10.0.0.2, as: 2}\n", "eth4 is not one of the interfaces"},
-		{"interfaces:\n  - name: eth3\nbgp:\n  local_as: 1\n  router_id: 10.0.0.1\n  max_rules: 1000\n  neighbors:\n    - {address: 10.0.0.2, as: 2}\n", "max_rules 1000"},
+		{"interfaces:\n  - name: eth3\nbgp:\n  local_as: 1\n  router_id: 10.0.0.1\n  max_rules: 2000000\n  neighbors:\n    - {address: 10.0.0.2, as: 2}\n", "max_rules 2000000"},
 		{"interfaces:\n  - name: eth3\nbgp:\n  local_as: 1\n  router_id: 10.0.0.1\n  sample_one_in: 2000000000\n  neighbors:\n    - {address: 10.0.0.2, as: 2}\n", "sample_one_in 2000000000: want 1-1073741824"},
 	} {
 		_, err := ParseConfig([]byte(tc.yaml), "agent.yaml")
@@ -37,7 +37,7 @@ func TestConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Interfaces[0].Mode != "auto" || c.BGP.ListenPort != 179 || c.BGP.MaxRules != 256 || len(c.BGP.Neighbors[0].Families) != 2 || c.BGP.SampleOneIn != DefaultSampleOneIn {
+	if c.Interfaces[0].Mode != "auto" || c.BGP.ListenPort != 179 || c.BGP.MaxRules != DefaultMaxBGPRules || len(c.BGP.Neighbors[0].Families) != 2 || c.BGP.SampleOneIn != DefaultSampleOneIn {
 		t.Errorf("defaults: %+v %+v", c.Interfaces[0], *c.BGP)
 	}
 }

@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 	"sync"
 
@@ -57,17 +56,17 @@ func collisions(eng *fastdrop.Engine, iface, origin string, rs *fastdrop.RuleSet
 	if err != nil {
 		return nil, err
 	}
-	held := map[netip.Prefix]string{}
+	held := map[fastdrop.PrefixKey]string{}
 	for i := range cur.Rules {
 		if r := &cur.Rules[i]; r.Origin != origin && r.IsPrefixOnly() {
-			held[r.Src] = r.Origin
+			held[r.PrefixKey()] = r.Origin
 		}
 	}
 	out := map[int]string{}
 	for i := range rs.Rules {
 		if r := &rs.Rules[i]; r.IsPrefixOnly() {
-			if o, ok := held[r.Src]; ok {
-				out[i] = fmt.Sprintf("prefix %s on %s is a rule of origin %s already (%s): one prefix table holds every origin's rules", r.Src, iface, fastdrop.OriginName(o), originWho(o))
+			if o, ok := held[r.PrefixKey()]; ok {
+				out[i] = fmt.Sprintf("prefix %s on %s is a rule of origin %s already (%s): one prefix table holds every origin's rules", r.PrefixKey(), iface, fastdrop.OriginName(o), originWho(o))
 			}
 		}
 	}
@@ -176,14 +175,16 @@ func (k *kernelPlane) apply(ic InterfaceConfig, origin string, rs *fastdrop.Rule
 		r.Origin = origin
 		whole.Rules[i] = r
 	}
-	att, err = dropctl.Attach(whole, loader.Options{
+	// With the destination prefix table where FlowSpec rules go: the
+	// first destination-only route (a victim) then needs no reload.
+	att, err = dropctl.AttachDst(whole, loader.Options{
 		Interface: ic.Name,
 		Mode:      mode,
 		Pin:       true,
 		PinRoot:   k.pinRoot,
 		Force:     ic.Force,
 		Config:    map[string]string{"by": "agent"},
-	})
+	}, k.cfg.appliesFlowSpec(ic.Name))
 	if err != nil {
 		if errors.Is(err, loader.ErrForeign) || errors.Is(err, loader.ErrAlreadyAttached) {
 			return applied{}, fmt.Errorf("%w, or replace it: set force: true for %s in the agent config", err, ic.Name)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	api "github.com/osrg/gobgp/v3/api"
 	"github.com/osrg/gobgp/v3/pkg/apiutil"
 	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
@@ -61,15 +62,20 @@ func (p *recPlane) reset() {
 	p.mu.Unlock()
 }
 
-// benchRoutes are n FlowSpec routes "destination 198.18.x.y/32, UDP,
-// discard", one per address.
-func benchRoutes(b testing.TB, n int, withdraw bool) []*api.Path {
+// benchRoutesOf are n FlowSpec routes "destination 198.18.x.y/32, UDP,
+// discard", one per address (compound rules), or with dstOnly
+// "destination 198.18.x.y/32, discard" (destination prefix rules).
+func benchRoutesOf(b testing.TB, n int, withdraw, dstOnly bool) []*api.Path {
 	out := make([]*api.Path, n)
 	base := netip.MustParseAddr("198.18.0.0").As4()
 	for i := range n {
 		a := base
 		a[2], a[3] = byte(i>>8), byte(i)
-		out[i] = flowPath(b, withdraw, 4, []bgp.FlowSpecComponentInterface{dst4(netip.AddrFrom4(a).String() + "/32"), comp(fsProto, item("=", 17))}, bgp.NewTrafficRateExtended(0, 0))
+		comps := []bgp.FlowSpecComponentInterface{dst4(netip.AddrFrom4(a).String() + "/32")}
+		if !dstOnly {
+			comps = append(comps, comp(fsProto, item("=", 17)))
+		}
+		out[i] = flowPath(b, withdraw, 4, comps, bgp.NewTrafficRateExtended(0, 0))
 	}
 	return out
 }
@@ -94,13 +100,20 @@ func quantile(d []time.Duration, q float64) time.Duration {
 // in force or refused). Run as root:
 //
 //	go test -run '^$' -bench AnnounceToInForce -benchtime 5x ./agent/
+//
+// The kind=dst rows announce destination-only routes ("destination
+// 198.18.x.y/32, discard"), which go to the destination prefix table: all
+// of the burst is put in force.
 func BenchmarkAnnounceToInForce(b *testing.B) {
 	for _, n := range []int{1, 1000, 10000} {
-		b.Run(fmt.Sprintf("routes=%d", n), func(b *testing.B) { benchAnnounce(b, n) })
+		b.Run(fmt.Sprintf("routes=%d", n), func(b *testing.B) { benchAnnounce(b, n, false) })
+	}
+	for _, n := range []int{1, 1000, 10000} {
+		b.Run(fmt.Sprintf("routes=%d/kind=dst", n), func(b *testing.B) { benchAnnounce(b, n, true) })
 	}
 }
 
-func benchAnnounce(b *testing.B, n int) {
+func benchAnnounce(b *testing.B, n int, dstOnly bool) {
 	v := testenv.NewVeth(b, testenv.VethOptions{})
 	pins := testenv.TempPinDir(b)
 	port := freePort(b)
@@ -157,7 +170,7 @@ bgp:
 	if err != nil {
 		b.Fatal(err)
 	}
-	ann, wd := benchRoutes(b, n, false), benchRoutes(b, n, true)
+	ann, wd := benchRoutesOf(b, n, false, dstOnly), benchRoutesOf(b, n, true, dstOnly)
 	var fromAnnounce []time.Duration
 	sent := make(map[string]time.Time, n)
 	keys := make([]string, n)
@@ -243,7 +256,10 @@ bgp:
 // BenchmarkAgentMemory runs the xdpdrop binary's agent with a rule file of
 // 1M source prefixes and 10,000 FlowSpec routes announced by a second
 // gobgp over loopback, and reports its resident memory (VmRSS) and peak
-// (VmHWM) once every route is in force or refused. Run as root:
+// (VmHWM) once every route is in force or refused, and the kernel memory
+// of the program's maps (their memlock). XDPDROP_BENCH_DST=1 announces
+// destination-only routes (all 10,000 in force, in the destination prefix
+// table) instead of destination + UDP ones (256 in force). Run as root:
 //
 //	go test -run '^$' -bench AgentMemory -benchtime 1x ./agent/
 func BenchmarkAgentMemory(b *testing.B) {
@@ -311,8 +327,10 @@ bgp:
 		s := read()
 		return s.BGP != nil && len(s.BGP.Neighbors) == 1 && s.BGP.Neighbors[0].Up
 	})
+	dstOnly := os.Getenv("XDPDROP_BENCH_DST") == "1"
+	b.Logf("agent: 1M file prefixes in force: kernel maps %s", mapsMemlock(b, pins))
 	// One route with the 1M file rules in force: what a BGP change costs.
-	one := benchRoutes(b, 10001, false)[10000]
+	one := benchRoutesOf(b, 10001, false, dstOnly)[10000]
 	t0 := time.Now()
 	an.announce(b, one)
 	eventually(b, "1 route received", 600*time.Second, func() bool {
@@ -320,13 +338,13 @@ bgp:
 		return s.BGP != nil && s.BGP.Received == 1
 	})
 	b.Logf("agent: 1M file prefixes: 1 route decided (in status) after %s", time.Since(t0).Round(time.Millisecond))
-	an.withdraw(b, benchRoutes(b, 10001, true)[10000])
+	an.withdraw(b, benchRoutesOf(b, 10001, true, dstOnly)[10000])
 	eventually(b, "1 route withdrawn", 600*time.Second, func() bool {
 		s := read()
 		return s.BGP != nil && s.BGP.Received == 0
 	})
 	t0 = time.Now()
-	for _, p := range benchRoutes(b, 10000, false) {
+	for _, p := range benchRoutesOf(b, 10000, false, dstOnly) {
 		an.announce(b, p)
 	}
 	eventually(b, "10,000 routes received", 600*time.Second, func() bool {
@@ -334,10 +352,44 @@ bgp:
 		return s.BGP != nil && s.BGP.Received == 10000
 	})
 	b.Logf("agent: 1M file prefixes: 10,000 routes decided (in status) after %s", time.Since(t0).Round(time.Millisecond))
+	eventually(b, "the routes' rules in force", 600*time.Second, func() bool {
+		s := read()
+		return len(s.Interfaces) == 1 && s.Interfaces[0].BGPRules == s.BGP.Accepted
+	})
 	s := read()
 	m := procMem(b, cmd.Process.Pid)
-	b.Logf("agent: 1M file prefixes: VmRSS %s; with 10,000 FlowSpec routes (%d accepted, %d refused): %s", base["VmRSS"], s.BGP.Accepted, s.BGP.Refused, strings.Join([]string{"VmRSS " + m["VmRSS"], "VmHWM " + m["VmHWM"]}, ", "))
+	b.Logf("agent: 1M file prefixes: VmRSS %s; with 10,000 FlowSpec routes (%d accepted, %d refused, %d rules in force): %s; kernel maps %s", base["VmRSS"], s.BGP.Accepted, s.BGP.Refused, s.Interfaces[0].BGPRules, strings.Join([]string{"VmRSS " + m["VmRSS"], "VmHWM " + m["VmHWM"]}, ", "), mapsMemlock(b, pins))
 	b.ReportMetric(0, "ns/op")
+}
+
+// mapsMemlock sums the kernel memory (memlock) of the maps pinned under
+// pins, as bpftool reports it.
+func mapsMemlock(b *testing.B, pins string) string {
+	var total int64
+	n := 0
+	_ = filepath.WalkDir(pins, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if err != nil {
+			return nil // a program, a link
+		}
+		defer m.Close()
+		out, err := exec.Command("bpftool", "-j", "map", "show", "pinned", path).Output()
+		if err != nil {
+			return nil
+		}
+		var info struct {
+			Bytes int64 `json:"bytes_memlock"`
+		}
+		if json.Unmarshal(out, &info) == nil {
+			total += info.Bytes
+			n++
+		}
+		return nil
+	})
+	return fmt.Sprintf("%d MiB in %d maps", total>>20, n)
 }
 
 // procMem reads the Vm* lines of /proc/PID/status.

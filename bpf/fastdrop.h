@@ -5,7 +5,8 @@
  * in front of AF_XDP sockets) can include it and act on fd_match()'s result.
  *
  * Evaluation order (docs/RULES.md): malformed -> compound rules (first
- * match in rule-set order) -> longest source prefix -> late compound rules
+ * match in rule-set order) -> longest destination prefix -> longest
+ * source prefix -> late compound rules
  * (the redirect command's, fd_conf.late_from) -> default policy. A
  * frame whose action is redirect goes to the AF_XDP socket of its rx
  * queue in fd_xsks (fd_xdp_verdict), or to the stack if none is bound.
@@ -128,7 +129,7 @@ enum fd_layout {
 	 * refuses to open pins stamped with another, so that a new field
 	 * never misreads old pins. TestLayoutVersion fails until it is
 	 * raised. */
-	FD_LAYOUT_VERSION = 20,
+	FD_LAYOUT_VERSION = 21,
 
 	/* Sizes of the records user space reads and writes. */
 	FD_REC_SIZE = 160,    /* struct fd_rule_rec */
@@ -269,6 +270,10 @@ enum fd_layout {
 	 * read from cap_active by the plain path, so that the plain path is
 	 * the same code as a program without capture support (issue 16). */
 	FD_FEAT_CAPTURE = 1 << 4,
+	/* Destination prefix rules ("drop dst P"): the destination prefix
+	 * table (fd_d4_tbl24, fd_half.dconf) holds some, looked up before
+	 * the source prefix table. */
+	FD_FEAT_DST = 1 << 5,
 	/* The fields the plain path reads: those of the first matcher (see
 	 * enum fd_field); any other one a rule uses sets FD_FEAT_FIELDS. */
 	FD_FLD_PLAIN = (1 << FD_FLD_ETHER) | (1 << FD_FLD_PROTO) | (1 << FD_FLD_SPORT) |
@@ -282,6 +287,7 @@ enum fd_layout {
 	FD_MAIN_STAMP = 64,
 	FD_MAIN_CAP = 1024,
 	FD_MAIN_HALF = 4096,
+	FD_HALF_DCONF = 2048,
 	FD_HALF_CLS = 4096,
 	FD_HALF_TBL24 = FD_HALF_CLS + FD_CLS_SIZE,
 	FD_HALF_SIZE = FD_HALF_TBL24 + FD_V4_TBL24 * 4,
@@ -411,6 +417,12 @@ struct fd_conf {
 	 * rules and of the bans that outlive them. */
 	__u32 ban4;
 	__u32 ban6;
+	/* The destination prefix table (FD_FEAT_DST): its IPv4 and IPv6
+	 * prefix rules (0 skips a family's lookup; the IPv6 table's own
+	 * parameters are fd_half.dconf's). After every member the plain path
+	 * reads, so that none of theirs moves. */
+	__u32 d4_count;
+	__u32 d6_count;
 };
 
 /* One half of the compound-rule tables. */
@@ -694,7 +706,14 @@ struct fd_result {
  * number and the configuration. */
 struct fd_half {
 	struct fd_conf conf;
-	__u8 pad[FD_HALF_CLS - sizeof(struct fd_conf)];
+	__u8 pad[FD_HALF_DCONF - sizeof(struct fd_conf)];
+	/* The destination prefix table's IPv6 half, as fd_v6_lookup reads a
+	 * configuration: only v6_count, v6_mask, v6_shift, v6_default,
+	 * v6_seed, v6_tree and half (its fd_v6_tab entry: 2 + this half's)
+	 * are set. One verified function for both tables: a second copy of
+	 * its search made the program too big to verify. */
+	struct fd_conf dconf;
+	__u8 pad2[FD_HALF_CLS - FD_HALF_DCONF - sizeof(struct fd_conf)];
 	struct fd_cls_half cls;
 	__u32 tbl24[FD_V4_TBL24];
 };
@@ -721,7 +740,8 @@ _Static_assert(sizeof(struct fd_state) <= FD_MAIN_STAMP, "fd_main layout");
 _Static_assert(__builtin_offsetof(struct fd_main, stamp) == FD_MAIN_STAMP, "fd_main layout");
 _Static_assert(__builtin_offsetof(struct fd_main, cap_active) == FD_MAIN_CAP_ACTIVE, "fd_main layout");
 _Static_assert(__builtin_offsetof(struct fd_main, cap) == FD_MAIN_CAP, "fd_main layout");
-_Static_assert(sizeof(struct fd_conf) <= FD_HALF_CLS, "fd_half layout");
+_Static_assert(sizeof(struct fd_conf) <= FD_HALF_DCONF, "fd_half layout");
+_Static_assert(__builtin_offsetof(struct fd_half, dconf) == FD_HALF_DCONF, "fd_half layout");
 _Static_assert(sizeof(struct fd_v6_ent) == FD_V6_ENT_SIZE, "fd_v6_ent size");
 _Static_assert(sizeof(struct counter) == FD_COUNTER_SIZE, "counter size");
 _Static_assert(__builtin_offsetof(struct fd_main, half) == FD_MAIN_HALF, "fd_main layout");
@@ -757,7 +777,8 @@ struct {
 } fd_v4_sparse SEC(".maps");
 
 /* The IPv6 hash table, fd_v6_cap entries per half (value size set from
- * Go at load). */
+ * Go at load); entries 2 and 3 (with room for destination prefixes, else
+ * absent) are the destination prefix table's halves. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
@@ -767,6 +788,42 @@ struct {
 } fd_v6_tab SEC(".maps");
 
 volatile const __u32 fd_v6_cap = 1024;
+
+/* The destination prefix table ("drop dst P" rules), built as the source
+ * one: for IPv4 a tbl24 per half (key: the half) and tbl8 and sparse
+ * pools of its own, maps sized at load: a program loaded without room
+ * for destination prefixes has a tbl24 of one entry (fd_d4_mask 0), so
+ * the 128 MiB only exist where such rules are wanted. For IPv6 a hash
+ * table per half in fd_v6_tab (entries 2 and 3), searched by fd_v6_lookup
+ * with fd_half.dconf. The program reads them only with FD_FEAT_DST. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(key_size, 4);
+	__uint(value_size, 4);
+	__uint(max_entries, 2);
+} fd_d4_tbl24 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(key_size, 4);
+	__uint(value_size, FD_V4_GROUP * 4);
+	__uint(max_entries, 2);
+} fd_d4_tbl8 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct fd_v4_sparse);
+	__uint(max_entries, 2);
+} fd_d4_sparse SEC(".maps");
+
+/* tbl24 entries of fd_d4_tbl24's values - 1: FD_V4_TBL24 - 1, or 0 when
+ * loaded without the table (set from Go at load); it bounds the lookup's
+ * index for the verifier. */
+volatile const __u32 fd_d4_mask = 0;
 
 /* Counters: one value per possible CPU (the key), fd_counter_slots
  * struct counter each (sizes set from Go at load). Each CPU only writes
@@ -1431,6 +1488,77 @@ __noinline __u32 fd_v6_lookup(const struct fd_conf *c, __u64 hi, __u64 lo)
 	return best;
 }
 
+/* ---- destination prefix rules (full path only, FD_FEAT_DST) ---- */
+
+/* fd_v4_lookup on the destination table's maps: a copy rather than one
+ * function of both, so that the plain path's code (which has the source
+ * lookup only) is exactly what it was. (IPv6 needs no copy: fd_v6_lookup
+ * takes the table's parameters, fd_half.dconf.) */
+static __always_inline __u32 fd_d4_lookup(__u32 half, __u32 a)
+{
+	const struct fd_v4_sparse *s;
+	const __u32 *t, *g;
+	__u32 e, k, b;
+	int i;
+
+	t = bpf_map_lookup_elem(&fd_d4_tbl24, &half);
+	if (!t)
+		return 0;
+	e = t[(a >> 8) & fd_d4_mask];
+	if (!(e & FD_V4_EXT))
+		return e;
+	k = e & FD_V4_ID;
+	if (!(e & FD_V4_SPARSE)) {
+		g = bpf_map_lookup_elem(&fd_d4_tbl8, &k);
+		return g ? g[a & 0xff] : 0;
+	}
+	s = bpf_map_lookup_elem(&fd_d4_sparse, &k);
+	if (!s)
+		return 0;
+	b = a & 0xff;
+#pragma unroll
+	for (i = 0; i < FD_V4_SPARSE_MAX; i++) {
+		if (i >= s->n)
+			break;
+		if (s->key[i] == b)
+			return s->val[i];
+	}
+	return s->def;
+}
+
+/* fd_prefix4_full and fd_prefix6_full are the full path's prefix stage:
+ * with destination prefix rules (FD_FEAT_DST), the longest destination
+ * prefix first, then the longest source prefix; the val, 0 if none.
+ * Global functions, which the verifier checks once rather than on every
+ * path into the prefix stage: a test of FD_FEAT_DST there, or the
+ * destination lookups inlined, made the full path too big to verify (more
+ * than 1M instructions processed, from 0.67M). */
+__noinline __u32 fd_prefix4_full(const struct fd_half *h, __u32 src, __u32 dst)
+{
+	__u32 v = 0;
+
+	if (!h)
+		return 0;
+	if ((h->conf.features & FD_FEAT_DST) && h->conf.d4_count)
+		v = fd_d4_lookup(h->conf.half, dst);
+	if (!v && h->conf.v4_count)
+		v = fd_v4_lookup(h, src);
+	return v;
+}
+
+__noinline __u32 fd_prefix6_full(const struct fd_half *h, __u64 shi, __u64 slo, __u64 dhi, __u64 dlo)
+{
+	__u32 v = 0;
+
+	if (!h)
+		return 0;
+	if ((h->conf.features & FD_FEAT_DST) && h->conf.d6_count)
+		v = fd_v6_lookup(&h->dconf, dhi, dlo);
+	if (!v && h->conf.v6_count)
+		v = fd_v6_lookup(&h->conf, shi, slo);
+	return v;
+}
+
 /* ---- policing: limit rules and bans ---- */
 
 /* The time in ns (CLOCK_MONOTONIC), or the test clock. */
@@ -1905,7 +2033,8 @@ static __always_inline struct fd_result fd_parse_then(struct xdp_md *ctx, __u32 
 }
 
 /* fd_decide_in evaluates a frame: malformed, then compound rules, then the
- * longest source prefix, then the default policy. full (a constant) 0 is
+ * longest destination prefix (full path only), then the longest source
+ * prefix, then the default policy. full (a constant) 0 is
  * the plain path's (fd_run), for a rule set with no fd_conf.features: no
  * bans, limits or late rules, and no field beyond FD_FLD_PLAIN. */
 static __always_inline struct fd_result fd_decide_in(const void *arg, const struct fd_pkt *p,
@@ -1958,7 +2087,16 @@ static __always_inline struct fd_result fd_decide_in(const void *arg, const stru
 		}
 	}
 
-	if (p->family == 4 && c->v4_count)
+	/* The full path: with destination prefix rules, their table
+	 * before the source one (fd_prefix4_full), so that a frame both
+	 * match is decided by its destination's rule (as when "drop dst P"
+	 * was a compound rule, judged before every prefix rule). */
+	if (full) {
+		if (p->family == 4)
+			r.val = fd_prefix4_full(h, p->src4, p->dst4);
+		else if (p->family == 6)
+			r.val = fd_prefix6_full(h, p->src6[0], p->src6[1], p->dst6[0], p->dst6[1]);
+	} else if (p->family == 4 && c->v4_count)
 		r.val = fd_v4_lookup(h, p->src4);
 	else if (p->family == 6 && c->v6_count)
 		r.val = fd_v6_lookup(c, p->src6[0], p->src6[1]);

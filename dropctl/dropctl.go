@@ -133,7 +133,17 @@ func Reload(att *loader.Attachment, rs *fastdrop.RuleSet) error {
 // gets "program" and "requested_mode"). The engine is closed on return:
 // the pins hold the program and its maps.
 func Attach(rs *fastdrop.RuleSet, opts loader.Options) (*loader.Attachment, error) {
-	eng, err := fastdrop.New(fastdrop.CapacityFor(rs, headroom))
+	return AttachDst(rs, opts, false)
+}
+
+// AttachDst is Attach, with the destination prefix table
+// (fastdrop.Options.DstPrefixes) whether rs needs it or not when dst is
+// set: the agent attaches so where FlowSpec rules go, so that the first
+// destination-only route does not load the program again.
+func AttachDst(rs *fastdrop.RuleSet, opts loader.Options, dst bool) (*loader.Attachment, error) {
+	fopts := fastdrop.CapacityFor(rs, headroom)
+	fopts.DstPrefixes = fopts.DstPrefixes || dst
+	eng, err := fastdrop.New(fopts)
 	if err != nil {
 		return nil, err
 	}

@@ -482,42 +482,52 @@ func BenchmarkFastdrop(b *testing.B) {
 	v4s1m, hit1m := v4Mix(n1M, 2)
 	hosts1m, hitHost := v4Hosts(n1M, 4)
 	v6s1m, hit6 := v6Mix(n1M, 3)
+	// Destination prefix rules (issue 17): v4s10k as destination
+	// prefixes, a frame to one of them, and one to none.
+	toHit := frame64(frames.Spec{Src: netip.MustParseAddr("203.0.113.200"), Dst: hit10k, Proto: frames.ProtoUDP, SrcPort: 40000, DstPort: 4444}.Build())
+	toMiss := benchFrame4(hit10k) // to 203.0.113.200, from a source prefix
 	cases := []struct {
 		name     string
 		compound int
 		prefixes []netip.Prefix
 		frame    []byte
+		dst      []netip.Prefix // destination prefix rules (drop)
 	}{
-		{"prefixes=0", 0, nil, benchFrame4(hit10k)},
-		{"prefixes=1", 0, []netip.Prefix{netip.PrefixFrom(hit10k, 24).Masked()}, benchFrame4(hit10k)},
-		{"prefixes=10k", 0, v4s10k, benchFrame4(hit10k)},
-		{"prefixes=1M-IPv4", 0, v4s1m, benchFrame4(hit1m)},
-		{"prefixes=1M-IPv4/miss", 0, v4s1m, benchFrame4(missAddr(v4s1m, false))},
-		{"prefixes=1M-IPv4-hosts", 0, hosts1m, benchFrame4(hitHost)},
-		{"prefixes=1M-IPv6", 0, v6s1m, benchFrame6(hit6)},
-		{"prefixes=1M-IPv6/miss", 0, v6s1m, benchFrame6(missAddr(v6s1m, true))},
-		{"compound=1", 1, nil, benchFrame4(worst)},
-		{"compound=64", 64, nil, benchFrame4(worst)},
-		{"compound=256", 256, nil, benchFrame4(worst)},
-		{"compound=64+prefixes=10k", 64, v4s10k, benchFrame4(worst)},
+		{"prefixes=0", 0, nil, benchFrame4(hit10k), nil},
+		{"prefixes=1", 0, []netip.Prefix{netip.PrefixFrom(hit10k, 24).Masked()}, benchFrame4(hit10k), nil},
+		{"prefixes=10k", 0, v4s10k, benchFrame4(hit10k), nil},
+		{"prefixes=1M-IPv4", 0, v4s1m, benchFrame4(hit1m), nil},
+		{"prefixes=1M-IPv4/miss", 0, v4s1m, benchFrame4(missAddr(v4s1m, false)), nil},
+		{"prefixes=1M-IPv4-hosts", 0, hosts1m, benchFrame4(hitHost), nil},
+		{"prefixes=1M-IPv6", 0, v6s1m, benchFrame6(hit6), nil},
+		{"prefixes=1M-IPv6/miss", 0, v6s1m, benchFrame6(missAddr(v6s1m, true)), nil},
+		{"compound=1", 1, nil, benchFrame4(worst), nil},
+		{"compound=64", 64, nil, benchFrame4(worst), nil},
+		{"compound=256", 256, nil, benchFrame4(worst), nil},
+		{"compound=64+prefixes=10k", 64, v4s10k, benchFrame4(worst), nil},
 		// The same, with a frame that only the protocol and port tables
 		// look at before the rule set is empty (TCP to port 443).
-		{"compound=1/typical", 1, nil, benchTCP443(hit10k)},
-		{"compound=64/typical", 64, nil, benchTCP443(hit10k)},
-		{"compound=256/typical", 256, nil, benchTCP443(hit10k)},
-		{"compound=64+prefixes=10k/typical", 64, v4s10k, benchTCP443(hit10k)},
+		{"compound=1/typical", 1, nil, benchTCP443(hit10k), nil},
+		{"compound=64/typical", 64, nil, benchTCP443(hit10k), nil},
+		{"compound=256/typical", 256, nil, benchTCP443(hit10k), nil},
+		{"compound=64+prefixes=10k/typical", 64, v4s10k, benchTCP443(hit10k), nil},
 		// A frame of the attack the rules are for: UDP to port 1060, which
 		// rule 60 ("drop udp dport 1060") drops.
-		{"compound=64+prefixes=10k/match", 64, v4s10k, benchUDP(hit10k, 1060)},
+		{"compound=64+prefixes=10k/match", 64, v4s10k, benchUDP(hit10k, 1060), nil},
 		// compoundMixFlowSpec's rules (issue 20's targets: the worst
 		// frame at most 2 ns over compound=64+prefixes=10k's, 256 rules
 		// at most 1.6x the 64-rule figure over bare).
-		{"flowspec=64+prefixes=10k", -64, v4s10k, benchFrame4(worst)},
-		{"flowspec=256+prefixes=10k", -256, v4s10k, benchFrame4(worst)},
+		{"flowspec=64+prefixes=10k", -64, v4s10k, benchFrame4(worst), nil},
+		{"flowspec=256+prefixes=10k", -256, v4s10k, benchFrame4(worst), nil},
 		// compoundMixLists' rules (value lists, negations, comparisons,
 		// len, port, frag bits, flow labels): issue 20's targets again.
-		{"lists=64+prefixes=10k", -1064, v4s10k, benchFrame4(worst)},
-		{"lists=256+prefixes=10k", -1256, v4s10k, benchFrame4(worst)},
+		{"lists=64+prefixes=10k", -1064, v4s10k, benchFrame4(worst), nil},
+		{"lists=256+prefixes=10k", -1256, v4s10k, benchFrame4(worst), nil},
+		// The destination prefix table (issue 17): a hit in it, and a
+		// miss that the source table then decides.
+		{"dst=10k", 0, nil, toHit, v4s10k},
+		{"dst=10k+prefixes=10k/src", 0, v4s10k, toMiss, v4s10k},
+		{"flowspec=64+prefixes=10k+dst=10k", -64, v4s10k, benchFrame4(worst), v4s10k},
 	}
 	for _, tc := range cases {
 		if skip1M && strings.Contains(tc.name, "1M") {
@@ -533,6 +543,9 @@ func BenchmarkFastdrop(b *testing.B) {
 			rs := &RuleSet{Rules: append(mix(tc.compound), PrefixRules(ActionDrop, tc.prefixes)...)}
 			if tc.compound == 0 {
 				rs.Rules = PrefixRules(ActionDrop, tc.prefixes)
+			}
+			for _, p := range tc.dst {
+				rs.Rules = append(rs.Rules, Rule{Action: ActionDrop, Dst: p})
 			}
 			e := benchEngine(b, rs)
 			want := uint32(2) // XDP_PASS

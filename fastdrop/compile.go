@@ -49,6 +49,7 @@ const (
 	mainHalf  = int64(gen.FastdropFdLayoutFD_MAIN_HALF)
 	halfCls   = int64(gen.FastdropFdLayoutFD_HALF_CLS)
 	halfTbl24 = int64(gen.FastdropFdLayoutFD_HALF_TBL24)
+	halfDconf = int64(gen.FastdropFdLayoutFD_HALF_DCONF)
 	halfSize  = int64(gen.FastdropFdLayoutFD_HALF_SIZE)
 )
 
@@ -139,7 +140,16 @@ type slotKey struct {
 	hi, lo uint64
 	bits   uint8
 	v6     bool
+	dst    bool // the destination prefix table's
 	action Action
+}
+
+// slotKeyOfRule is the slot key of prefix rule r.
+func slotKeyOfRule(r *Rule) slotKey {
+	k := r.PrefixKey()
+	s := slotKeyOf(k.Prefix, r.Action)
+	s.dst = k.Dst
+	return s
 }
 
 func slotKeyOf(p netip.Prefix, a Action) slotKey {
@@ -822,6 +832,9 @@ func (x *prefixIndex) home(k slotKey) int {
 	h ^= uint64(k.bits) | uint64(k.action)<<8
 	if k.v6 {
 		h ^= 1 << 16
+	}
+	if k.dst {
+		h ^= 1 << 17
 	}
 	h *= 0x9e3779b97f4a7c15
 	return int(h>>32) & (len(x.keys) - 1)

@@ -33,6 +33,9 @@ type diffGen struct {
 	// plain: compound rules only of the first matcher's fields and
 	// actions, for the program's plain path (fd_conf.features 0).
 	plain bool
+	// dst: ruleSet adds destination prefix rules to some sets (the
+	// engine must have the table: Options.DstPrefixes).
+	dst bool
 }
 
 func newDiffGen(seed uint64) *diffGen {
@@ -423,6 +426,19 @@ func (g *diffGen) ruleSet(maxCompound, maxPrefix int) *RuleSet {
 		seen[p] = true
 		rs.Rules = append(rs.Rules, Rule{Action: g.action(), Src: p, Origin: g.origin()})
 	}
+	// Destination prefix rules (the destination table, which only the
+	// full path has), in half of the sets not made for the plain path.
+	if g.dst && !g.plain && g.rng.IntN(2) == 0 {
+		dseen := make(map[netip.Prefix]bool)
+		for range g.rng.IntN(maxPrefix/2 + 1) {
+			p := g.prefix(g.rng.IntN(2) == 0)
+			if dseen[p] {
+				continue
+			}
+			dseen[p] = true
+			rs.Rules = append(rs.Rules, Rule{Action: g.action(), Dst: p, Origin: g.origin()})
+		}
+	}
 	g.rng.Shuffle(len(rs.Rules), func(i, j int) { rs.Rules[i], rs.Rules[j] = rs.Rules[j], rs.Rules[i] })
 	return rs
 }
@@ -475,10 +491,13 @@ func TestDifferential(t *testing.T) {
 			n = 20_000
 		}
 	}
-	e := newTestEngine(t, testOptions)
+	opts := testOptions
+	opts.DstPrefixes = true
+	e := newTestEngine(t, opts)
 	// Test runs take an rx queue only with a device that has it.
 	veth := testenv.NewVeth(t, testenv.VethOptions{Queues: diffQueues})
 	g := newDiffGen(*diffSeed)
+	g.dst = true
 	t.Logf("seed %d (-fastdrop.seed), %d frames (-fastdrop.frames)", *diffSeed, n)
 	const perSet = 1000
 	failures := 0
@@ -604,8 +623,11 @@ func FuzzDifferential(f *testing.F) {
 // agreeing with a model of the resulting rule set.
 func TestIncrementalDifferential(t *testing.T) {
 	t.Parallel()
-	e := newTestEngine(t, testOptions)
+	opts := testOptions
+	opts.DstPrefixes = true
+	e := newTestEngine(t, opts)
 	g := newDiffGen(*diffSeed + 1)
+	g.dst = true
 	rs := g.ruleSet(8, 60)
 	mustApply(t, e, rs)
 	ops := 300
@@ -624,6 +646,9 @@ func TestIncrementalDifferential(t *testing.T) {
 			bits = g.rng.IntN(a.BitLen() + 1)
 		}
 		p, _ := a.Prefix(bits)
+		if g.rng.IntN(3) == 0 { // the destination table, changed in place too
+			return Rule{Action: Action(1 + g.rng.IntN(2)), Dst: p}
+		}
 		return Rule{Action: Action(1 + g.rng.IntN(2)), Src: p}
 	}
 	for op := range ops {

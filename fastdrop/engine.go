@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -83,6 +82,18 @@ type Options struct {
 	// used evicted). Default 16,384, about 2 MiB.
 	Bans int
 
+	// DstPrefixes gives the program a destination prefix table, for the
+	// prefix rules "ACTION dst PREFIX", built as the source one: 128 MiB
+	// (a tbl24 per half) plus DstIPv4Blocks and DstIPv4HostBlocks as
+	// IPv4Blocks and IPv4HostBlocks are for the source table (defaults
+	// 256 and 16,384), and an IPv6 table of IPv6Entries (which both
+	// tables' IPv6 prefixes must fit). Without it a rule set with such
+	// rules is refused, wrapping ErrCapacity (xdpdrop drop and the agent
+	// then load the program again with it). CapacityFor sets it for a
+	// rule set that has them.
+	DstPrefixes                      bool
+	DstIPv4Blocks, DstIPv4HostBlocks int
+
 	// SocketMaps, if set, are the socket maps of another engine, by the
 	// names Maps gives them (fd_xsks and fd_xsk_counters): the new engine
 	// uses them instead of its own, so the AF_XDP sockets registered with
@@ -144,43 +155,66 @@ var _ = [1]struct{}{}[(2*MaxRules+int(firstRule)-1)/int(valSlotMask+1)]
 // limits (MaxRules, MaxIPv6Entries) leave. For a set beyond them, New
 // refuses the Options with an error that says so, before loading anything.
 func CapacityFor(rs *RuleSet, grow float64) Options {
-	n, v6, dense, sparse := setCounts(rs)
-	return capacityFor(n, v6, dense, sparse, max(grow, 1))
+	n, src, dst := setCounts(rs)
+	grow = max(grow, 1)
+	// One IPv6 table size for both tables: the larger one's.
+	o := capacityFor(n, max(src.v6, dst.v6), src.dense, src.sparse, grow)
+	if dst.n > 0 {
+		o.DstPrefixes = true
+		o.DstIPv4Blocks = int(float64(dst.dense)*grow) + 256
+		o.DstIPv4HostBlocks = int(float64(dst.sparse)*grow) + 4096
+	}
+	return o
 }
 
-// setCounts counts what sizes the tables for rs: its rules, its IPv6
-// prefix rules, and the /24s whose IPv4 prefix rules longer than /24 need
-// a tbl8 group (dense) or a sparse group.
-func setCounts(rs *RuleSet) (n, v6, dense, sparse int) {
-	// Per /24 with longer prefixes: its host routes, or -1 if it holds a
-	// /25-/31 (then it needs a tbl8 group, as it does with too many hosts).
-	blocks := make(map[uint32]int)
-	for _, r := range rs.Rules {
+// prefixCounts are what sizes one prefix table: its rules, its IPv6
+// prefixes, and the /24s whose IPv4 prefixes longer than /24 need a tbl8
+// group (dense) or a sparse group.
+type prefixCounts struct{ n, v6, dense, sparse int }
+
+// setCounts counts what sizes the tables for rs: its rules, and the
+// source and the destination prefix tables' prefixCounts.
+func setCounts(rs *RuleSet) (n int, src, dst prefixCounts) {
+	// Per table and /24 with longer prefixes: its host routes, or -1 if
+	// it holds a /25-/31 (then it needs a tbl8 group, as it does with too
+	// many hosts).
+	blocks := [2]map[uint32]int{make(map[uint32]int), make(map[uint32]int)}
+	counts := [2]*prefixCounts{&src, &dst}
+	for i := range rs.Rules {
+		r := &rs.Rules[i]
 		n++
 		if !r.IsPrefixOnly() {
 			continue
 		}
-		if r.Src.Addr().Is4() {
-			if r.Src.Bits() > 24 {
-				p := v4PrefixOf(r.Src, 0)
-				if h := blocks[p.addr>>8]; h >= 0 && p.bits == 32 {
-					blocks[p.addr>>8] = h + 1
+		k := r.PrefixKey()
+		t := 0
+		if k.Dst {
+			t = 1
+		}
+		counts[t].n++
+		if k.Prefix.Addr().Is4() {
+			if k.Prefix.Bits() > 24 {
+				p := v4PrefixOf(k.Prefix, 0)
+				if h := blocks[t][p.addr>>8]; h >= 0 && p.bits == 32 {
+					blocks[t][p.addr>>8] = h + 1
 				} else {
-					blocks[p.addr>>8] = -1
+					blocks[t][p.addr>>8] = -1
 				}
 			}
 		} else {
-			v6++
+			counts[t].v6++
 		}
 	}
-	for _, h := range blocks {
-		if h < 0 || h > sparseMax {
-			dense++
-		} else {
-			sparse++
+	for t := range blocks {
+		for _, h := range blocks[t] {
+			if h < 0 || h > sparseMax {
+				counts[t].dense++
+			} else {
+				counts[t].sparse++
+			}
 		}
 	}
-	return n, v6, dense, sparse
+	return n, src, dst
 }
 
 // capacityFor is CapacityFor for a set of n rules, v6 of them IPv6
@@ -256,6 +290,14 @@ func (o Options) withDefaults() Options {
 	if o.Bans <= 0 {
 		o.Bans = 1 << 14
 	}
+	if o.DstPrefixes {
+		if o.DstIPv4Blocks <= 0 {
+			o.DstIPv4Blocks = 256
+		}
+		if o.DstIPv4HostBlocks <= 0 {
+			o.DstIPv4HostBlocks = 1 << 14
+		}
+	}
 	e := 1024
 	for e < o.IPv6Entries {
 		e *= 2
@@ -268,6 +310,7 @@ func (o Options) withDefaults() Options {
 var mapNames = []string{
 	gen.FastdropMapFdMain,
 	gen.FastdropMapFdV4Tbl8, gen.FastdropMapFdV4Sparse, gen.FastdropMapFdV6Tab,
+	gen.FastdropMapFdD4Tbl24, gen.FastdropMapFdD4Tbl8, gen.FastdropMapFdD4Sparse,
 	gen.FastdropMapFdCounters,
 	gen.FastdropMapFdRules, gen.FastdropMapFdRuleLists,
 	gen.FastdropMapFdXsks, gen.FastdropMapFdXskCounters,
@@ -332,6 +375,9 @@ type Engine struct {
 	v6      *v6Table
 	v6dirty bool // v6 was rebuilt: write it whole
 	cls     *classifier
+	// dst: the destination prefix table; nil if the program was loaded
+	// without one (Options.DstPrefixes).
+	dst *dstTables
 
 	active     uint32
 	generation uint64
@@ -388,6 +434,9 @@ func New(opts Options) (*Engine, error) {
 	spec.Maps[gen.FastdropMapFdV6Tab].ValueSize = uint32(opts.IPv6Entries * v6EntSize)
 	if err := spec.Variables[gen.FastdropVarFdV6Cap].Set(uint32(opts.IPv6Entries)); err != nil {
 		return nil, fmt.Errorf("fastdrop: set %s: %w", gen.FastdropVarFdV6Cap, err)
+	}
+	if err := sizeDst(spec, opts); err != nil {
+		return nil, err
 	}
 	spec.Maps[gen.FastdropMapFdCounters].MaxEntries = uint32(ncpu)
 	spec.Maps[gen.FastdropMapFdCounters].ValueSize = uint32(nslots * counterSize)
@@ -554,7 +603,7 @@ func RuleCount(pinDir string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("fastdrop: %w", err)
 	}
-	return int(conf.Ncompound) + int(conf.V4Count) + int(conf.V6Count), nil
+	return int(conf.Ncompound) + int(conf.V4Count) + int(conf.V6Count) + int(conf.D4Count) + int(conf.D6Count), nil
 }
 
 // setup derives the sizes from the maps and maps their memory.
@@ -589,6 +638,9 @@ func (e *Engine) setup() error {
 			return fmt.Errorf("fastdrop: %w", err)
 		}
 		*m.mem = mm
+	}
+	if err := e.setupDst(); err != nil {
+		return fmt.Errorf("fastdrop: %w", err)
 	}
 	var err error
 	if e.mem.active, err = mapActiveWord(e.maps[gen.FastdropMapFdMain]); err != nil {
@@ -650,6 +702,9 @@ func (e *Engine) resetTables() error {
 	if e.v6, err = newV6Table(e.v6cap); err != nil {
 		return fmt.Errorf("fastdrop: %w", err)
 	}
+	if err := e.dst.reset(e.nslots); err != nil {
+		return fmt.Errorf("fastdrop: %w", err)
+	}
 	e.cls, _ = compileCompound(nil)
 	return nil
 }
@@ -664,6 +719,7 @@ func (e *Engine) closeTables() error {
 		errs = append(errs, e.v6.close())
 		e.v6 = nil
 	}
+	errs = append(errs, e.dst.close())
 	return errors.Join(errs...)
 }
 
@@ -706,6 +762,7 @@ func (e *Engine) Close() error {
 	}
 	errs = append(errs, e.mem.active.close())
 	errs = append(errs, e.closeTables())
+	errs = append(errs, e.dst.release())
 	return errors.Join(errs...)
 }
 
@@ -795,7 +852,7 @@ func (e *Engine) ApplyOrigin(origin string, rs *RuleSet) error {
 // new rules (as sameRule does): a prefix rule's prefix, action and
 // sample modifier; a compound rule's text.
 type originKey struct {
-	src    netip.Prefix
+	pfx    PrefixKey
 	action Action
 	sample uint32
 	text   string
@@ -803,7 +860,7 @@ type originKey struct {
 
 func originKeyOf(r *Rule) originKey {
 	if r.IsPrefixOnly() {
-		return originKey{src: r.Src, action: r.Action, sample: r.Sample}
+		return originKey{pfx: r.PrefixKey(), action: r.Action, sample: r.Sample}
 	}
 	return originKey{text: r.String()}
 }
@@ -984,7 +1041,11 @@ func (e *Engine) OriginRules(origin string) ([]Rule, error) {
 // may still be found too big by the compile (IPv6 markers, the groups of
 // the old set, which a change keeps beside the new one's).
 func (e *Engine) fitsWhole(rs *RuleSet) error {
-	n, v6, dense, sparse := setCounts(rs)
+	n, src, dst := setCounts(rs)
+	v6, dense, sparse := src.v6, src.dense, src.sparse
+	if err := e.dstFits(dst.n, dst.dense, dst.sparse, dst.v6); err != nil {
+		return fmt.Errorf("fastdrop: %w", err)
+	}
 	if maxRules := (e.nslots - int(firstRule)) / 2; n > maxRules {
 		return fmt.Errorf("fastdrop: %d rules: %w: the program was loaded with room for %d rules; %s", n, ErrCapacity, maxRules, reloadAdvice)
 	}
@@ -1088,7 +1149,7 @@ func (e *Engine) namePrefixDup(p *plan, dup *dupPrefixError) error {
 	if i < 0 {
 		return dup
 	}
-	return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", j, ruleWhere(p.rules[j]), ErrDuplicatePrefix, p.rules[j].Src, i, ruleWhere(p.rules[i]))
+	return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", j, ruleWhere(p.rules[j]), ErrDuplicatePrefix, p.rules[j].PrefixKey(), i, ruleWhere(p.rules[i]))
 }
 
 // sameRule reports whether a and b are the same rule but for Line.
@@ -1097,7 +1158,7 @@ func sameRule(a, b *Rule) bool {
 		return false
 	}
 	if a.IsPrefixOnly() || b.IsPrefixOnly() {
-		return a.IsPrefixOnly() && b.IsPrefixOnly() && a.Src == b.Src && a.Action == b.Action && a.Sample == b.Sample
+		return a.IsPrefixOnly() && b.IsPrefixOnly() && a.PrefixKey() == b.PrefixKey() && a.Action == b.Action && a.Sample == b.Sample
 	}
 	return a.String() == b.String()
 }
@@ -1163,8 +1224,8 @@ func (e *Engine) planApply(rules []Rule, policy, malformed Action) *plan {
 		var ok bool
 		if k, compound := ck[i]; compound {
 			s, ok = e.textSlot[k]
-		} else if rules[i].Src.IsValid() {
-			s, ok = e.prefixIndex().get(slotKeyOf(rules[i].Src, rules[i].Action))
+		} else if rules[i].IsPrefixOnly() {
+			s, ok = e.prefixIndex().get(slotKeyOfRule(&rules[i]))
 			ok = ok && prefixOrigin[s] == rules[i].Origin
 			ok = ok && sampleOf[s] == rules[i].Sample
 		}
@@ -1187,8 +1248,9 @@ func (e *Engine) planApply(rules []Rule, policy, malformed Action) *plan {
 // r's origin, and not in skip, or -1.
 func indexOf(rules []Rule, r Rule, skip map[int]bool) int {
 	if r.IsPrefixOnly() {
+		k := r.PrefixKey()
 		for i := range rules {
-			if rules[i].IsPrefixOnly() && rules[i].Src == r.Src && rules[i].Action == r.Action && rules[i].Origin == r.Origin && !skip[i] {
+			if rules[i].IsPrefixOnly() && rules[i].PrefixKey() == k && rules[i].Action == r.Action && rules[i].Origin == r.Origin && !skip[i] {
 				return i
 			}
 		}
@@ -1366,6 +1428,19 @@ func (e *Engine) writeConf(h uint32, c gen.FastdropFdConf) error {
 	return syncCapture(e.mem.ctl)
 }
 
+// writeDconf writes half h's fd_half.dconf (the destination table's IPv6
+// parameters); h must not be the active half.
+func (e *Engine) writeDconf(h uint32, c gen.FastdropFdConf) error {
+	b, err := binary.Append(nil, binary.NativeEndian, &c)
+	if err == nil {
+		_, err = e.mem.ctl.WriteAt(b, ctlConfOffset(h)+halfDconf)
+	}
+	if err != nil {
+		return fmt.Errorf("write configuration: %w", err)
+	}
+	return nil
+}
+
 // loadLocked rebuilds the engine's view of the rule set from the kernel:
 // the rules of the active half from fd_rules, the policies and compound
 // order from its fd_conf. The table mirrors are left to
@@ -1391,7 +1466,7 @@ func (e *Engine) loadLocked() error {
 	// The active half's counts size the slices (a hint: records of a
 	// change that did not finish may add some), with room so that the
 	// next Adds need no copy of a million rules.
-	want := min(int(conf.Ncompound)+int(conf.V4Count)+int(conf.V6Count), e.nslots)
+	want := min(int(conf.Ncompound)+int(conf.V4Count)+int(conf.V6Count)+int(conf.D4Count)+int(conf.D6Count), e.nslots)
 	want += max(16, want/8)
 	rules := make([]Rule, 0, want)
 	slots := make([]uint32, 0, want)
@@ -1581,18 +1656,23 @@ func actionOr(a, def Action) Action {
 // tbl24 read back from it, the rest rebuilt (and written whole to both
 // halves by the next change).
 func (e *Engine) compileAll() error {
-	var v4 []v4Prefix
-	var v6 []v6Prefix
+	var v4, d4 []v4Prefix
+	var v6, d6 []v6Prefix
 	for i := range e.rules {
 		r := &e.rules[i]
 		if !r.IsPrefixOnly() {
 			continue
 		}
 		val := mkVal(r.Action, e.slots[i])
-		if r.Src.Addr().Is4() {
-			v4 = append(v4, v4PrefixOf(r.Src, val))
-		} else {
-			v6 = append(v6, v6PrefixOf(r.Src, val))
+		switch k := r.PrefixKey(); {
+		case k.Dst && k.Prefix.Addr().Is4():
+			d4 = append(d4, v4PrefixOf(k.Prefix, val))
+		case k.Dst:
+			d6 = append(d6, v6PrefixOf(k.Prefix, val))
+		case k.Prefix.Addr().Is4():
+			v4 = append(v4, v4PrefixOf(k.Prefix, val))
+		default:
+			v6 = append(v6, v6PrefixOf(k.Prefix, val))
 		}
 	}
 	half24 := io.NewSectionReader(e.mem.tbl24, int64(e.active)*halfSize, tbl24Entries*4)
@@ -1603,6 +1683,9 @@ func (e *Engine) compileAll() error {
 		return err
 	}
 	e.v6dirty = true
+	if err := e.dst.reload(e.active, d4, d6); err != nil {
+		return err
+	}
 	cls, err := compileRules(e.rules, e.slots, e.cval)
 	if err != nil {
 		return err
@@ -1683,12 +1766,12 @@ func (e *Engine) commitLocked(p *plan) error {
 	if e.prefixSlot != nil {
 		for _, i := range p.removed {
 			if r := &e.rules[i]; r.IsPrefixOnly() {
-				e.prefixSlot.del(slotKeyOf(r.Src, r.Action))
+				e.prefixSlot.del(slotKeyOfRule(r))
 			}
 		}
 		for _, i := range p.added {
 			if r := &p.rules[i]; r.IsPrefixOnly() {
-				e.prefixSlot.put(slotKeyOf(r.Src, r.Action), p.slots[i])
+				e.prefixSlot.put(slotKeyOfRule(r), p.slots[i])
 			}
 		}
 	}
@@ -1735,11 +1818,16 @@ func (e *Engine) commitLocked(p *plan) error {
 func (e *Engine) compileChange(p *plan) error {
 	var v4add, v4del []v4Prefix
 	v6changed, compoundChanged := e.fullWrite, e.fullWrite
+	if err := e.changeDst(p); err != nil {
+		return err
+	}
 	for _, i := range p.added {
 		r := &p.rules[i]
 		switch {
 		case !r.IsPrefixOnly():
 			compoundChanged = true
+		case r.Dst.IsValid():
+			// the destination table's: changeDst
 		case r.Src.Addr().Is4():
 			v4add = append(v4add, v4PrefixOf(r.Src, mkVal(r.Action, p.slots[i])))
 		default:
@@ -1751,6 +1839,7 @@ func (e *Engine) compileChange(p *plan) error {
 		switch {
 		case !r.IsPrefixOnly():
 			compoundChanged = true
+		case r.Dst.IsValid():
 		case r.Src.Addr().Is4():
 			v4del = append(v4del, v4PrefixOf(r.Src, mkVal(r.Action, e.slots[i])))
 		default:
@@ -1772,7 +1861,7 @@ func (e *Engine) compileChange(p *plan) error {
 	if incrCost > fullCost {
 		all := make([]v4Prefix, 0, len(p.rules))
 		for i := range p.rules {
-			if r := &p.rules[i]; r.IsPrefixOnly() && r.Src.Addr().Is4() {
+			if r := &p.rules[i]; r.IsPrefixOnly() && r.Src.IsValid() && r.Src.Addr().Is4() {
 				all = append(all, v4PrefixOf(r.Src, mkVal(r.Action, p.slots[i])))
 			}
 		}
@@ -1803,7 +1892,7 @@ func (e *Engine) compileChange(p *plan) error {
 	if v6changed {
 		all := make([]v6Prefix, 0, len(p.rules))
 		for i := range p.rules {
-			if r := &p.rules[i]; r.IsPrefixOnly() && !r.Src.Addr().Is4() {
+			if r := &p.rules[i]; r.IsPrefixOnly() && r.Src.IsValid() && !r.Src.Addr().Is4() {
 				all = append(all, v6PrefixOf(r.Src, mkVal(r.Action, p.slots[i])))
 			}
 		}
@@ -1885,6 +1974,9 @@ func (e *Engine) publishLocked(p *plan, oldRules []Rule, oldSlots []uint32) erro
 	if err := e.v4.flush(); err != nil {
 		return err
 	}
+	if err := e.dst.flush(); err != nil {
+		return err
+	}
 	if err := e.writePolicers(e.rules, e.slots, added); err != nil {
 		return err
 	}
@@ -1928,6 +2020,7 @@ func (e *Engine) publishLocked(p *plan, oldRules []Rule, oldSlots []uint32) erro
 	}
 	e.v4.committed()
 	e.v6dirty = false
+	e.dst.committed()
 	e.fullWrite = false
 	return nil
 }
@@ -2071,7 +2164,7 @@ func (e *Engine) prefixIndex() *prefixIndex {
 		e.prefixSlot = newPrefixIndex(len(e.rules))
 		for i := range e.rules {
 			if r := &e.rules[i]; r.IsPrefixOnly() {
-				e.prefixSlot.put(slotKeyOf(r.Src, r.Action), e.slots[i])
+				e.prefixSlot.put(slotKeyOfRule(r), e.slots[i])
 			}
 		}
 	}
@@ -2103,6 +2196,14 @@ func (e *Engine) writeHalf(h uint32) error {
 	if e.v6dirty || e.fullWrite {
 		if _, err := e.mem.v6.WriteAt(e.v6.buf, int64(h)*int64(e.v6cap)*int64(v6EntSize)); err != nil {
 			return fmt.Errorf("write IPv6 prefix table: %w", err)
+		}
+	}
+	if err := e.dst.writeHalf(h, e.fullWrite); err != nil {
+		return err
+	}
+	if e.dst != nil {
+		if err := e.writeDconf(h, e.dst.dconf(h)); err != nil {
+			return err
 		}
 	}
 	if e.cls.rebuilt || e.fullWrite {
@@ -2196,6 +2297,7 @@ func (e *Engine) confFor(h uint32) gen.FastdropFdConf {
 	c.Ncompound = uint32(len(e.cls.vals))
 	c.LateFrom = uint32(e.cls.lateFrom)
 	c.Ban4, c.Ban6 = packLens(e.pol.lens4), packLens(e.pol.lens6)
+	e.dst.conf(&c)
 	c.Features = features(&c)
 	return c
 }
@@ -2218,8 +2320,11 @@ func features(c *gen.FastdropFdConf) uint32 {
 	}
 	// Late rules come after the prefix rules: with none, they are
 	// judged as any other compound rule.
-	if c.LateFrom < c.Ncompound && c.V4Count+c.V6Count != 0 {
+	if c.LateFrom < c.Ncompound && c.V4Count+c.V6Count+c.D4Count+c.D6Count != 0 {
 		f |= uint32(gen.FastdropFdLayoutFD_FEAT_LATE)
+	}
+	if c.D4Count+c.D6Count != 0 {
+		f |= uint32(gen.FastdropFdLayoutFD_FEAT_DST)
 	}
 	return f
 }

@@ -665,7 +665,7 @@ func TestDuplicatePrefixes(t *testing.T) {
 		rs := &RuleSet{Rules: []Rule{
 			{Action: ActionDrop, Src: netip.MustParsePrefix("198.51.100.0/24")},
 			{Action: ActionDrop, Src: netip.MustParsePrefix(prefixes[0])},
-			{Action: ActionDrop, Dst: netip.MustParsePrefix("203.0.113.0/24")},
+			{Action: ActionDrop, Dst: netip.MustParsePrefix("203.0.113.0/24"), Proto: 17, HasProto: true},
 			{Action: ActionPass, Src: netip.MustParsePrefix(prefixes[1])},
 		}}
 		err := e.Apply(rs)

@@ -68,7 +68,7 @@ func TestMatchFields(t *testing.T) {
 			if !reflect.DeepEqual(b, r) {
 				t.Errorf("%s: %q parses back as %+v, want %+v", f.name, r.String(), b, r)
 			}
-			if r.IsPrefixOnly() != (ex == "drop src 192.0.2.0/24") {
+			if r.IsPrefixOnly() != (ex == "drop src 192.0.2.0/24" || ex == "drop dst 192.0.2.0/24") {
 				t.Errorf("%s: %q: IsPrefixOnly %v", f.name, ex, r.IsPrefixOnly())
 			}
 		}

@@ -36,8 +36,10 @@ var layoutFingerprints = map[uint32]string{
 	// 16 was h/hot's before it merged main's 17: never released.
 	18: "9b7aba8b9cecd610", // fd_conf.features and FD_FEAT_*: the plain path for rule sets that need none
 	19: "173aa0f341ea46b5", // FD_FEAT_CAPTURE: captures set a feature bit instead of the plain path reading cap_active
-	// 19 was also h/police's before it merged main's 19: never released.
-	20: "862cf21af45ade3f", // fd_src_ent of 16 bytes (tag, tat) in sets of 8 (FD_SRC_WAYS), two lines each
+	// 19 was also h/dsttable's before it merged main's 19: never released.
+	20: "0b90fc0fc1cbdba1", // the destination prefix table: fd_conf.d4_count, d6_count, fd_half.dconf, FD_FEAT_DST
+	// 19 and 20 were also h/police's before it merged main's 19 and 20: never released.
+	21: "d5cefcf7513b6f3d", // fd_src_ent of 16 bytes (tag, tat) in sets of 8 (FD_SRC_WAYS), two lines each
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

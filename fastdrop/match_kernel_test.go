@@ -26,8 +26,10 @@ func kPrefix(v Action, i int) Result   { return Result{Verdict: v, Class: ClassP
 
 func checkCases(t *testing.T, rules string, cases []matchCase) {
 	t.Helper()
-	e := newTestEngine(t, testOptions)
 	rs := kParse(t, rules)
+	opts := testOptions
+	opts.DstPrefixes = CapacityFor(rs, 1).DstPrefixes
+	e := newTestEngine(t, opts)
 	r := mustApply(t, e, rs)
 	m := NewModel(rs)
 	for _, tc := range cases {
@@ -254,7 +256,7 @@ drop src 2001:db8:c::/47 udp              # 11
 			s.IPv4FragOffset = 1
 			return s.Build().Bytes
 		}(), kDefault(ActionPass)},
-		{"dst host", spec4("192.0.2.1", "10.7.7.7", 47, 0, 0).Build().Bytes, kCompound(ActionDrop, 10)},
+		{"dst host", spec4("192.0.2.1", "10.7.7.7", 47, 0, 0).Build().Bytes, kPrefix(ActionDrop, 10)}, // a destination prefix rule,
 		{"/47 in", u6("2001:db8:d:1::1", "2001:db8::2", 1, 2), kCompound(ActionDrop, 11)},
 		{"/47 out", u6("2001:db8:e::1", "2001:db8::2", 1, 2), kDefault(ActionPass)},
 		{"non-IP never matches an IP rule", frames.ARPRequest("10.1.0.1", "10.2.3.4").Bytes, kDefault(ActionPass)},

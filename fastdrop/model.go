@@ -47,9 +47,10 @@ type Model struct {
 	rs       *RuleSet
 	compound []int // indices of compound rules, in evaluation order (compoundOrder)
 	early    int   // compound[early:] are late: after the prefix rules
-	// Prefix rules by prefix length: prefix (masked address) -> rule index.
-	v4 [33]map[netip.Addr]int
-	v6 [129]map[netip.Addr]int
+	// Prefix rules by prefix length: prefix (masked address) -> rule
+	// index; [0] the source table's, [1] the destination table's.
+	v4 [2][33]map[netip.Addr]int
+	v6 [2][129]map[netip.Addr]int
 }
 
 // NewModel returns a model of rs. rs must be valid (as Parse returns it, or
@@ -62,20 +63,25 @@ func NewModel(rs *RuleSet) *Model {
 		if !r.IsPrefixOnly() {
 			continue
 		}
-		var byLen map[netip.Addr]int
-		if bits := r.Src.Bits(); r.Src.Addr().Is4() {
-			if m.v4[bits] == nil {
-				m.v4[bits] = make(map[netip.Addr]int)
-			}
-			byLen = m.v4[bits]
-		} else {
-			if m.v6[bits] == nil {
-				m.v6[bits] = make(map[netip.Addr]int)
-			}
-			byLen = m.v6[bits]
+		k := r.PrefixKey()
+		t := 0
+		if k.Dst {
+			t = 1
 		}
-		if _, dup := byLen[r.Src.Addr()]; !dup { // first one wins; Validate rejects duplicates anyway
-			byLen[r.Src.Addr()] = i
+		var byLen map[netip.Addr]int
+		if bits := k.Prefix.Bits(); k.Prefix.Addr().Is4() {
+			if m.v4[t][bits] == nil {
+				m.v4[t][bits] = make(map[netip.Addr]int)
+			}
+			byLen = m.v4[t][bits]
+		} else {
+			if m.v6[t][bits] == nil {
+				m.v6[t][bits] = make(map[netip.Addr]int)
+			}
+			byLen = m.v6[t][bits]
+		}
+		if _, dup := byLen[k.Prefix.Addr()]; !dup { // first one wins; Validate rejects duplicates anyway
+			byLen[k.Prefix.Addr()] = i
 		}
 	}
 	return m
@@ -108,8 +114,9 @@ type packet struct {
 func (m *Model) Eval(frame []byte) Result { return m.EvalOn(frame, 0) }
 
 // EvalOn returns the verdict for frame arriving on rx queue queue:
-// compound rules in order, prefix rules, late compound rules (origin.go),
-// the policy.
+// compound rules in order, prefix rules (the longest destination prefix,
+// then the longest source prefix), late compound rules (origin.go), the
+// policy.
 func (m *Model) EvalOn(frame []byte, queue uint32) Result {
 	pkt, ok := parseFrame(frame)
 	if !ok {
@@ -122,7 +129,10 @@ func (m *Model) EvalOn(frame []byte, queue uint32) Result {
 		}
 	}
 	if pkt.isIP {
-		if i, ok := m.longestPrefix(pkt.src); ok {
+		if i, ok := m.longestPrefix(1, pkt.dst); ok {
+			return Result{Verdict: m.rs.Rules[i].Action, Class: ClassPrefix, Rule: i}
+		}
+		if i, ok := m.longestPrefix(0, pkt.src); ok {
 			return Result{Verdict: m.rs.Rules[i].Action, Class: ClassPrefix, Rule: i}
 		}
 	}
@@ -145,11 +155,12 @@ func (m *Model) compoundResult(i int) Result {
 	return Result{Verdict: v, Class: ClassCompound, Rule: i}
 }
 
-// longestPrefix returns the prefix rule with the longest prefix containing a.
-func (m *Model) longestPrefix(a netip.Addr) (int, bool) {
-	tables := m.v6[:]
+// longestPrefix returns the prefix rule of table t (0 source, 1
+// destination) with the longest prefix containing a.
+func (m *Model) longestPrefix(t int, a netip.Addr) (int, bool) {
+	tables := m.v6[t][:]
 	if a.Is4() {
-		tables = m.v4[:]
+		tables = m.v4[t][:]
 	}
 	for bits := len(tables) - 1; bits >= 0; bits-- {
 		if tables[bits] == nil {

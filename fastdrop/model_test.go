@@ -274,7 +274,7 @@ drop src ::/0                           # 13
 		{"proto number, dst outside", v4("172.16.0.1", "192.0.3.1", 132, 0, 0).Build(), byDefault(ActionDrop)},
 		{"src and dst", frames.UDP6("2001:db8::1", "2001:db8:ffff::1", 1, 1, 0), byCompound(ActionPass, 3)},
 		{"src and dst, dst outside: the src prefix rule decides", frames.UDP6("2001:db8:1::1", "2001:db9::1", 1, 1, 0), byPrefix(ActionPass, 12)},
-		{"dst host", frames.UDP4("172.16.0.1", "198.51.100.7", 1, 1, 0), byCompound(ActionPass, 4)},
+		{"dst host", frames.UDP4("172.16.0.1", "198.51.100.7", 1, 1, 0), byPrefix(ActionPass, 4)}, // a destination prefix rule
 		{"dst host, next address", frames.UDP4("172.16.0.1", "198.51.100.8", 1, 1, 0), byDefault(ActionDrop)},
 		{"ether arp", frames.ARPRequest("10.1.2.3", "10.0.0.1"), byCompound(ActionPass, 5)},
 		{"non-IP frames skip prefix rules", nonIP(frames.EtherTypeLLDP, 30).Build(), byDefault(ActionDrop)},
@@ -418,7 +418,7 @@ func TestModelManyPrefixes(t *testing.T) {
 				t.Fatalf("test bug: lookup %s: scan %d, by length %d", a, scan, want)
 			}
 		}
-		got, ok := m.longestPrefix(a)
+		got, ok := m.longestPrefix(0, a)
 		if !ok {
 			got = -1
 		}

@@ -185,11 +185,11 @@ func parseString(s, name string) (*RuleSet, error) {
 			if keys == nil {
 				keys = make([]uint64, 0, lines)
 			}
-			keys = append(keys, prefixKey(r.Src))
+			keys = append(keys, prefixKeyOf(r.PrefixKey()))
 		} else {
 			compound++
 			if compound > MaxCompoundRules {
-				e := p.errorf("too many compound rules: this is number %d, at most %d are allowed (rules that are only \"ACTION src PREFIX\" do not count)", compound, MaxCompoundRules)
+				e := p.errorf("too many compound rules: this is number %d, at most %d are allowed (rules that are only \"ACTION src PREFIX\" or \"ACTION dst PREFIX\" do not count)", compound, MaxCompoundRules)
 				e.Err = ErrTooManyRules
 				return nil, e
 			}
@@ -199,7 +199,12 @@ func parseString(s, name string) (*RuleSet, error) {
 	// in the file is reported before a repeated prefix.
 	if dup, prev := checkDuplicatePrefixes(keys, rs.Rules); dup != nil {
 		p.line = dup.Line
-		e := p.errorf("prefix %s already has a rule on line %d (each prefix at most once in \"ACTION src PREFIX\" rules)", dup.Src, prev.Line)
+		k := dup.PrefixKey()
+		side := "src"
+		if k.Dst {
+			side = "dst"
+		}
+		e := p.errorf("prefix %s already has a rule on line %d (each prefix at most once in \"ACTION %s PREFIX\" rules)", k.Prefix, prev.Line, side)
 		e.Err = ErrDuplicatePrefix
 		return nil, e
 	}
@@ -254,6 +259,15 @@ func prefixKey(p netip.Prefix) uint64 {
 	return mix64(hi^mix64(lo^uint64(p.Bits())<<56)) | 1<<63
 }
 
+// prefixKeyOf is prefixKey of a prefix rule's table and prefix: bit 62
+// (which no IPv4 key uses) set for the destination table's.
+func prefixKeyOf(k PrefixKey) uint64 {
+	if k.Dst {
+		return prefixKey(k.Prefix) ^ 1<<62
+	}
+	return prefixKey(k.Prefix)
+}
+
 // mix64 is the splitmix64 finalizer.
 func mix64(x uint64) uint64 {
 	x ^= x >> 30
@@ -282,16 +296,17 @@ func checkDuplicatePrefixes(keys []uint64, rules []Rule) (dup, prev *Rule) {
 	if !candidate {
 		return nil, nil
 	}
-	seen := make(map[netip.Prefix]int)
+	seen := make(map[PrefixKey]int)
 	for i := range rules {
 		r := &rules[i]
 		if !r.IsPrefixOnly() {
 			continue
 		}
-		if j, ok := seen[r.Src]; ok {
+		k := r.PrefixKey()
+		if j, ok := seen[k]; ok {
 			return r, &rules[j]
 		}
-		seen[r.Src] = i
+		seen[k] = i
 	}
 	return nil, nil // a fingerprint collision of different prefixes
 }

@@ -44,8 +44,8 @@ func TestParseRule(t *testing.T) {
 		{"drop src 2001:db8::/32", Rule{Action: ActionDrop, Src: pfx("2001:db8::/32")}, "drop src 2001:db8::/32", true},
 		{"drop src 2001:DB8::1", Rule{Action: ActionDrop, Src: pfx("2001:db8::1/128")}, "drop src 2001:db8::1/128", true},
 		{"redirect src ::/0", Rule{Action: ActionRedirect, Src: pfx("::/0")}, "redirect src ::/0", true},
-		{"pass dst 198.51.100.0/24", Rule{Action: ActionPass, Dst: pfx("198.51.100.0/24")}, "pass dst 198.51.100.0/24", false},
-		{"drop dst 2001:db8::7", Rule{Action: ActionDrop, Dst: pfx("2001:db8::7/128")}, "drop dst 2001:db8::7/128", false},
+		{"pass dst 198.51.100.0/24", Rule{Action: ActionPass, Dst: pfx("198.51.100.0/24")}, "pass dst 198.51.100.0/24", true},
+		{"drop dst 2001:db8::7", Rule{Action: ActionDrop, Dst: pfx("2001:db8::7/128")}, "drop dst 2001:db8::7/128", true},
 		{"drop src 10.0.0.0/8 dst 10.0.0.0/8", Rule{Action: ActionDrop, Src: pfx("10.0.0.0/8"), Dst: pfx("10.0.0.0/8")}, "drop src 10.0.0.0/8 dst 10.0.0.0/8", false},
 		{"drop proto tcp", Rule{Action: ActionDrop, Proto: 6, HasProto: true}, "drop tcp", false},
 		{"drop proto udp", Rule{Action: ActionDrop, Proto: 17, HasProto: true}, "drop udp", false},
@@ -463,7 +463,7 @@ func TestParseCompoundLimit(t *testing.T) {
 	}
 	b.WriteString("drop tcp dport 1\n")
 	_, err = Parse(strings.NewReader(b.String()), "rules.txt")
-	want := `rules.txt:259: too many compound rules: this is number 257, at most 256 are allowed (rules that are only "ACTION src PREFIX" do not count)`
+	want := `rules.txt:259: too many compound rules: this is number 257, at most 256 are allowed (rules that are only "ACTION src PREFIX" or "ACTION dst PREFIX" do not count)`
 	if err == nil || err.Error() != want || !errors.Is(err, ErrTooManyRules) {
 		t.Errorf("257 compound rules: got %v, want %s", err, want)
 	}

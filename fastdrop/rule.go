@@ -134,26 +134,63 @@ type Rule struct {
 	Limit *Limit
 }
 
-// IsPrefixOnly reports whether r is "ACTION src PREFIX" and nothing else.
-// Such rules go to the longest-prefix-match tables instead of the ordered
-// compound rule list. Line does not matter. (A Proto without HasProto
-// or an invalid dst, which Validate refuses, make a rule compound too.)
+// IsPrefixOnly reports whether r is "ACTION src PREFIX" or "ACTION dst
+// PREFIX" and nothing else. Such rules go to the longest-prefix-match
+// tables (the source one, or the destination one: see PrefixKey) instead
+// of the ordered compound rule list. Line does not matter. (A Proto
+// without HasProto or an invalid src or dst, which Validate refuses, make
+// a rule compound too.)
 func (r Rule) IsPrefixOnly() bool {
-	if !r.Src.IsValid() || r.Proto != 0 || r.Action == ActionLimit || r.Limit != nil {
+	if r.Proto != 0 || r.Action == ActionLimit || r.Limit != nil {
 		return false
 	}
-	// The common case, fast (it is asked for each of a million rules):
-	// no field but src has a value, so none is set.
-	if z := (Rule{Action: r.Action, Src: r.Src, Sample: r.Sample, Line: r.Line, Origin: r.Origin}); r == z {
-		return true
+	name := "src"
+	switch {
+	case r.Src.IsValid():
+		// The common case, fast (it is asked for each of a million
+		// rules): no field but src has a value, so none is set.
+		if z := (Rule{Action: r.Action, Src: r.Src, Sample: r.Sample, Line: r.Line, Origin: r.Origin}); r == z {
+			return true
+		}
+	case r.Dst.IsValid():
+		if z := (Rule{Action: r.Action, Dst: r.Dst, Sample: r.Sample, Line: r.Line, Origin: r.Origin}); r == z {
+			return true
+		}
+		name = "dst"
+	default:
+		return false
 	}
 	for i := range matchFields {
 		f := &matchFields[i]
-		if f.name != "src" && (f.isSet(&r) || f.store == storePrefix && *f.prefixOf(&r) != netip.Prefix{}) {
+		if f.name != name && (f.isSet(&r) || f.store == storePrefix && *f.prefixOf(&r) != netip.Prefix{}) {
 			return false
 		}
 	}
 	return true
+}
+
+// PrefixKey is where a prefix rule (IsPrefixOnly) sits: its prefix, and
+// whether that is the destination's (the destination prefix table) or
+// the source's. One table holds a prefix at most once.
+type PrefixKey struct {
+	Prefix netip.Prefix
+	Dst    bool
+}
+
+// PrefixKey returns r's key in the prefix tables; r must be a prefix rule.
+func (r *Rule) PrefixKey() PrefixKey {
+	if r.Src.IsValid() {
+		return PrefixKey{Prefix: r.Src}
+	}
+	return PrefixKey{Prefix: r.Dst, Dst: true}
+}
+
+// String is the prefix, with "dst " before a destination prefix.
+func (k PrefixKey) String() string {
+	if k.Dst {
+		return "dst " + k.Prefix.String()
+	}
+	return k.Prefix.String()
 }
 
 // String returns r in canonical rule-file syntax, for example
@@ -372,7 +409,7 @@ func (rs *RuleSet) Validate() error {
 	if len(rs.Rules) > MaxRules {
 		return fmt.Errorf("%d rules: %w: one fast-drop program holds at most %d rules; %s", len(rs.Rules), ErrCapacity, MaxRules, capacityAdvice)
 	}
-	seen := make(map[netip.Prefix]int)
+	seen := make(map[PrefixKey]int)
 	compound := 0
 	for i := range rs.Rules {
 		r := &rs.Rules[i]
@@ -386,10 +423,11 @@ func (rs *RuleSet) Validate() error {
 			}
 			continue
 		}
-		if j, ok := seen[r.Src]; ok {
-			return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", i, ruleWhere(*r), ErrDuplicatePrefix, r.Src, j, ruleWhere(rs.Rules[j]))
+		k := r.PrefixKey()
+		if j, ok := seen[k]; ok {
+			return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", i, ruleWhere(*r), ErrDuplicatePrefix, k, j, ruleWhere(rs.Rules[j]))
 		}
-		seen[r.Src] = i
+		seen[k] = i
 	}
 	return nil
 }

@@ -146,6 +146,8 @@ type FastdropFdConf struct {
 	LateFrom  uint32
 	Ban4      uint32
 	Ban6      uint32
+	D4Count   uint32
+	D6Count   uint32
 	_         [4]byte
 }
 
@@ -213,7 +215,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 20
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 21
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_LISTS_SIZE      FastdropFdLayout = 1024
@@ -278,11 +280,13 @@ const (
 	FastdropFdLayoutFD_FEAT_BANS       FastdropFdLayout = 4
 	FastdropFdLayoutFD_FEAT_LATE       FastdropFdLayout = 8
 	FastdropFdLayoutFD_FEAT_CAPTURE    FastdropFdLayout = 16
+	FastdropFdLayoutFD_FEAT_DST        FastdropFdLayout = 32
 	FastdropFdLayoutFD_FLD_PLAIN       FastdropFdLayout = 255
 	FastdropFdLayoutFD_MAIN_CAP_ACTIVE FastdropFdLayout = 16
 	FastdropFdLayoutFD_MAIN_STAMP      FastdropFdLayout = 64
 	FastdropFdLayoutFD_MAIN_CAP        FastdropFdLayout = 1024
 	FastdropFdLayoutFD_MAIN_HALF       FastdropFdLayout = 4096
+	FastdropFdLayoutFD_HALF_DCONF      FastdropFdLayout = 2048
 	FastdropFdLayoutFD_HALF_CLS        FastdropFdLayout = 4096
 	FastdropFdLayoutFD_HALF_TBL24      FastdropFdLayout = 27788032
 	FastdropFdLayoutFD_HALF_SIZE       FastdropFdLayout = 94896896
@@ -486,6 +490,9 @@ const (
 	FastdropMapFdCapRings        = "fd_cap_rings"
 	FastdropMapFdCapSamples      = "fd_cap_samples"
 	FastdropMapFdCounters        = "fd_counters"
+	FastdropMapFdD4Sparse        = "fd_d4_sparse"
+	FastdropMapFdD4Tbl24         = "fd_d4_tbl24"
+	FastdropMapFdD4Tbl8          = "fd_d4_tbl8"
 	FastdropMapFdMain            = "fd_main"
 	FastdropMapFdPolCnt          = "fd_pol_cnt"
 	FastdropMapFdPolSrc          = "fd_pol_src"
@@ -501,6 +508,7 @@ const (
 	FastdropProgXdpFastdropTrace = "xdp_fastdrop_trace"
 	FastdropVarFdBtfAnchor       = "fd_btf_anchor"
 	FastdropVarFdCounterSlots    = "fd_counter_slots"
+	FastdropVarFdD4Mask          = "fd_d4_mask"
 	FastdropVarFdSrcSetsMask     = "fd_src_sets_mask"
 	FastdropVarFdTestClock       = "fd_test_clock"
 	FastdropVarFdTickNs          = "fd_tick_ns"
@@ -562,6 +570,9 @@ type FastdropMapSpecs struct {
 	FdCapRings    *ebpf.MapSpec `ebpf:"fd_cap_rings"`
 	FdCapSamples  *ebpf.MapSpec `ebpf:"fd_cap_samples"`
 	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
+	FdD4Sparse    *ebpf.MapSpec `ebpf:"fd_d4_sparse"`
+	FdD4Tbl24     *ebpf.MapSpec `ebpf:"fd_d4_tbl24"`
+	FdD4Tbl8      *ebpf.MapSpec `ebpf:"fd_d4_tbl8"`
 	FdMain        *ebpf.MapSpec `ebpf:"fd_main"`
 	FdPolCnt      *ebpf.MapSpec `ebpf:"fd_pol_cnt"`
 	FdPolSrc      *ebpf.MapSpec `ebpf:"fd_pol_src"`
@@ -581,6 +592,7 @@ type FastdropMapSpecs struct {
 type FastdropVariableSpecs struct {
 	FdBtfAnchor    *ebpf.VariableSpec `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.VariableSpec `ebpf:"fd_counter_slots"`
+	FdD4Mask       *ebpf.VariableSpec `ebpf:"fd_d4_mask"`
 	FdSrcSetsMask  *ebpf.VariableSpec `ebpf:"fd_src_sets_mask"`
 	FdTestClock    *ebpf.VariableSpec `ebpf:"fd_test_clock"`
 	FdTickNs       *ebpf.VariableSpec `ebpf:"fd_tick_ns"`
@@ -612,6 +624,9 @@ type FastdropMaps struct {
 	FdCapRings    *ebpf.Map `ebpf:"fd_cap_rings"`
 	FdCapSamples  *ebpf.Map `ebpf:"fd_cap_samples"`
 	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
+	FdD4Sparse    *ebpf.Map `ebpf:"fd_d4_sparse"`
+	FdD4Tbl24     *ebpf.Map `ebpf:"fd_d4_tbl24"`
+	FdD4Tbl8      *ebpf.Map `ebpf:"fd_d4_tbl8"`
 	FdMain        *ebpf.Map `ebpf:"fd_main"`
 	FdPolCnt      *ebpf.Map `ebpf:"fd_pol_cnt"`
 	FdPolSrc      *ebpf.Map `ebpf:"fd_pol_src"`
@@ -632,6 +647,9 @@ func (m *FastdropMaps) Close() error {
 		m.FdCapRings,
 		m.FdCapSamples,
 		m.FdCounters,
+		m.FdD4Sparse,
+		m.FdD4Tbl24,
+		m.FdD4Tbl8,
 		m.FdMain,
 		m.FdPolCnt,
 		m.FdPolSrc,
@@ -652,6 +670,7 @@ func (m *FastdropMaps) Close() error {
 type FastdropVariables struct {
 	FdBtfAnchor    *ebpf.Variable `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.Variable `ebpf:"fd_counter_slots"`
+	FdD4Mask       *ebpf.Variable `ebpf:"fd_d4_mask"`
 	FdSrcSetsMask  *ebpf.Variable `ebpf:"fd_src_sets_mask"`
 	FdTestClock    *ebpf.Variable `ebpf:"fd_test_clock"`
 	FdTickNs       *ebpf.Variable `ebpf:"fd_tick_ns"`

@@ -183,6 +183,9 @@ const (
 	LpmtrieMapFdCapRings      = "fd_cap_rings"
 	LpmtrieMapFdCapSamples    = "fd_cap_samples"
 	LpmtrieMapFdCounters      = "fd_counters"
+	LpmtrieMapFdD4Sparse      = "fd_d4_sparse"
+	LpmtrieMapFdD4Tbl24       = "fd_d4_tbl24"
+	LpmtrieMapFdD4Tbl8        = "fd_d4_tbl8"
 	LpmtrieMapFdLpm4          = "fd_lpm4"
 	LpmtrieMapFdLpm6          = "fd_lpm6"
 	LpmtrieMapFdLpmVerdicts   = "fd_lpm_verdicts"
@@ -200,6 +203,7 @@ const (
 	LpmtrieProgXdpLpmBaseline = "xdp_lpm_baseline"
 	LpmtrieVarFdBtfAnchor     = "fd_btf_anchor"
 	LpmtrieVarFdCounterSlots  = "fd_counter_slots"
+	LpmtrieVarFdD4Mask        = "fd_d4_mask"
 	LpmtrieVarFdSrcSetsMask   = "fd_src_sets_mask"
 	LpmtrieVarFdTestClock     = "fd_test_clock"
 	LpmtrieVarFdTickNs        = "fd_tick_ns"
@@ -260,6 +264,9 @@ type LpmtrieMapSpecs struct {
 	FdCapRings    *ebpf.MapSpec `ebpf:"fd_cap_rings"`
 	FdCapSamples  *ebpf.MapSpec `ebpf:"fd_cap_samples"`
 	FdCounters    *ebpf.MapSpec `ebpf:"fd_counters"`
+	FdD4Sparse    *ebpf.MapSpec `ebpf:"fd_d4_sparse"`
+	FdD4Tbl24     *ebpf.MapSpec `ebpf:"fd_d4_tbl24"`
+	FdD4Tbl8      *ebpf.MapSpec `ebpf:"fd_d4_tbl8"`
 	FdLpm4        *ebpf.MapSpec `ebpf:"fd_lpm4"`
 	FdLpm6        *ebpf.MapSpec `ebpf:"fd_lpm6"`
 	FdLpmVerdicts *ebpf.MapSpec `ebpf:"fd_lpm_verdicts"`
@@ -282,6 +289,7 @@ type LpmtrieMapSpecs struct {
 type LpmtrieVariableSpecs struct {
 	FdBtfAnchor    *ebpf.VariableSpec `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.VariableSpec `ebpf:"fd_counter_slots"`
+	FdD4Mask       *ebpf.VariableSpec `ebpf:"fd_d4_mask"`
 	FdSrcSetsMask  *ebpf.VariableSpec `ebpf:"fd_src_sets_mask"`
 	FdTestClock    *ebpf.VariableSpec `ebpf:"fd_test_clock"`
 	FdTickNs       *ebpf.VariableSpec `ebpf:"fd_tick_ns"`
@@ -313,6 +321,9 @@ type LpmtrieMaps struct {
 	FdCapRings    *ebpf.Map `ebpf:"fd_cap_rings"`
 	FdCapSamples  *ebpf.Map `ebpf:"fd_cap_samples"`
 	FdCounters    *ebpf.Map `ebpf:"fd_counters"`
+	FdD4Sparse    *ebpf.Map `ebpf:"fd_d4_sparse"`
+	FdD4Tbl24     *ebpf.Map `ebpf:"fd_d4_tbl24"`
+	FdD4Tbl8      *ebpf.Map `ebpf:"fd_d4_tbl8"`
 	FdLpm4        *ebpf.Map `ebpf:"fd_lpm4"`
 	FdLpm6        *ebpf.Map `ebpf:"fd_lpm6"`
 	FdLpmVerdicts *ebpf.Map `ebpf:"fd_lpm_verdicts"`
@@ -336,6 +347,9 @@ func (m *LpmtrieMaps) Close() error {
 		m.FdCapRings,
 		m.FdCapSamples,
 		m.FdCounters,
+		m.FdD4Sparse,
+		m.FdD4Tbl24,
+		m.FdD4Tbl8,
 		m.FdLpm4,
 		m.FdLpm6,
 		m.FdLpmVerdicts,
@@ -359,6 +373,7 @@ func (m *LpmtrieMaps) Close() error {
 type LpmtrieVariables struct {
 	FdBtfAnchor    *ebpf.Variable `ebpf:"fd_btf_anchor"`
 	FdCounterSlots *ebpf.Variable `ebpf:"fd_counter_slots"`
+	FdD4Mask       *ebpf.Variable `ebpf:"fd_d4_mask"`
 	FdSrcSetsMask  *ebpf.Variable `ebpf:"fd_src_sets_mask"`
 	FdTestClock    *ebpf.Variable `ebpf:"fd_test_clock"`
 	FdTickNs       *ebpf.Variable `ebpf:"fd_tick_ns"`

@@ -134,16 +134,16 @@ func validateAdded(rs *fastdrop.RuleSet, n int) error {
 		}
 		return r.String()
 	}
-	first := make(map[netip.Prefix]int) // prefixes of the added rules: their first rule
+	first := make(map[fastdrop.PrefixKey]int) // prefixes of the added rules: their first rule
 	for i := len(rs.Rules) - 1; i >= n; i-- {
 		if r := &rs.Rules[i]; r.IsPrefixOnly() {
-			first[r.Src] = i
+			first[r.PrefixKey()] = i
 		}
 	}
 	for j := range n {
 		if r := &rs.Rules[j]; r.IsPrefixOnly() && len(first) > 0 {
-			if k, ok := first[r.Src]; ok && j < k {
-				first[r.Src] = j
+			if k, ok := first[r.PrefixKey()]; ok && j < k {
+				first[r.PrefixKey()] = j
 			}
 		}
 	}
@@ -152,8 +152,11 @@ func validateAdded(rs *fastdrop.RuleSet, n int) error {
 		if err := r.Validate(); err != nil {
 			return fmt.Errorf("rule %d (%s): %w", i, where(r), err)
 		}
-		if j, ok := first[r.Src]; ok && r.IsPrefixOnly() && j < i {
-			return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", i, where(r), fastdrop.ErrDuplicatePrefix, r.Src, j, where(rs.Rules[j]))
+		if !r.IsPrefixOnly() {
+			continue
+		}
+		if j, ok := first[r.PrefixKey()]; ok && j < i {
+			return fmt.Errorf("rule %d (%s): %w: %s is also rule %d (%s)", i, where(r), fastdrop.ErrDuplicatePrefix, r.PrefixKey(), j, where(rs.Rules[j]))
 		}
 	}
 	return nil
