@@ -331,7 +331,10 @@ func (r *caseRun) setupRx() error {
 		}
 		r.env.onClose(func() error { _, err := xsk.SetNAPIDefer(r.env.host, prev); return err })
 	}
-	qs, err := xsk.OpenQueues(red, []int{0}, xsk.QueueOptions{Socket: r.socketOptions(r.env.hostIdx)})
+	so := r.socketOptions(r.env.hostIdx)
+	// rxdrop sends nothing: no TX ring, as xdpsock's rxdrop opens it.
+	so.RxOnly = r.c.Kind != L2Fwd
+	qs, err := xsk.OpenQueues(red, []int{0}, xsk.QueueOptions{Socket: so})
 	if err != nil {
 		return err
 	}

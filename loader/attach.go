@@ -65,6 +65,11 @@ type Attachment struct {
 	pinDir  string // "" when not pinned
 	// attached is set once the program is on the interface (for undo).
 	attached bool
+	// runningID caches the kernel's ID of runningProg for Running, which
+	// a foreground command calls every second: reading a program's info
+	// each time cost more than the rest of that check.
+	runningProg *ebpf.Program
+	runningID   ebpf.ProgramID
 }
 
 // Interface is the name of the interface.

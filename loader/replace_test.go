@@ -216,3 +216,37 @@ func TestReplaceWithMaps(t *testing.T) {
 	require.NoError(t, b.Detach())
 	requireClean(t, v.Name, root)
 }
+
+// TestRunningFollowsReplace: Running, which a foreground command polls
+// every second and which remembers its program's ID, reports true after
+// the attachment's own Replace (the ID it remembers follows the new
+// program) and false once another process put a different program there.
+func TestRunningFollowsReplace(t *testing.T) {
+	v := testenv.NewVeth(t, testenv.VethOptions{})
+	root := testenv.TempPinDir(t)
+	objs := loadBasic(t, gen.BasicVerdictVERDICT_DROP)
+	a, err := loader.Attach(objs.XdpDrop, loader.Options{Interface: v.Name, Pin: true, PinRoot: root})
+	require.NoError(t, err)
+	for range 2 {
+		ok, err := a.Running()
+		require.NoError(t, err)
+		require.True(t, ok, "just attached")
+	}
+	require.NoError(t, a.Replace(objs.XdpCount))
+	ok, err := a.Running()
+	require.NoError(t, err)
+	require.True(t, ok, "after its own Replace")
+
+	b, err := loader.Open(v.Name, root)
+	require.NoError(t, err)
+	require.NoError(t, b.Replace(objs.XdpPass))
+	ok, err = a.Running()
+	require.NoError(t, err)
+	require.False(t, ok, "another handle replaced the program")
+	ok, err = b.Running()
+	require.NoError(t, err)
+	require.True(t, ok, "the handle that replaced it")
+	require.NoError(t, a.Close())
+	require.NoError(t, b.Detach())
+	requireClean(t, v.Name, root)
+}

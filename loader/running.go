@@ -16,16 +16,22 @@ func (a *Attachment) Running() (bool, error) {
 		a.mu.Unlock()
 		return false, fmt.Errorf("running on %s: %w", a.iface, errClosed)
 	}
-	prog, mode, ifindex := a.prog, a.meta.Mode, a.ifindex
-	info, err := prog.Info()
+	mode, ifindex := a.meta.Mode, a.ifindex
+	if a.runningProg != a.prog {
+		info, err := a.prog.Info()
+		if err != nil {
+			a.mu.Unlock()
+			return false, wrapErr("running on "+a.iface+": program info", err)
+		}
+		id, ok := info.ID()
+		if !ok {
+			a.mu.Unlock()
+			return false, fmt.Errorf("running on %s: the kernel reports no program ID", a.iface)
+		}
+		a.runningProg, a.runningID = a.prog, id
+	}
+	id := a.runningID
 	a.mu.Unlock()
-	if err != nil {
-		return false, wrapErr("running on "+a.iface+": program info", err)
-	}
-	id, ok := info.ID()
-	if !ok {
-		return false, fmt.Errorf("running on %s: the kernel reports no program ID", a.iface)
-	}
 	x, err := getXDP(ifindex)
 	if errors.Is(err, ErrNoInterface) {
 		return false, nil

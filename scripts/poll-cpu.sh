@@ -65,7 +65,7 @@ while [ "$r" -le "$ROUNDS" ]; do
 		# Under load, redirect's start (loading and attaching) can take
 		# longer than a fixed wait: count from its program's attachment.
 		i=0
-		while ! ip link show "$host" | grep -q " xdp" && [ "$i" -lt 300 ]; do
+		while ! ip link show "$host" 2>/dev/null | grep -q " xdp" && [ "$i" -lt 300 ]; do
 			sleep 0.1
 			i=$((i + 1))
 		done

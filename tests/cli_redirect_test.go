@@ -175,21 +175,26 @@ func TestCLIRedirectFilter(t *testing.T) {
 }
 
 // TestCLIRedirectRingSizes: the ring and UMEM sizes given on the command
-// line are the socket's (package xsk's tests check them in the kernel).
+// line are the socket's (package xsk's tests check them in the kernel);
+// only l2fwd, which sends, gets a TX ring.
 func TestCLIRedirectRingSizes(t *testing.T) {
 	v := sandboxForCLI(t)
-	r := cli(t, "redirect", "--iface", v.Name, "--duration", "300ms", "--frames", "8192", "--fill-size", "4096",
+	r := cli(t, "redirect", "--iface", v.Name, "--duration", "300ms", "--action", "l2fwd", "--frames", "8192", "--fill-size", "4096",
 		"--completion-size", "256", "--rx-size", "1024", "--tx-size", "512")
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "each socket: 8192 frames of 4096 B; rings: fill 4096, completion 256, rx 1024, tx 512\n")
 
 	r = cli(t, "redirect", "--iface", v.Name, "--duration", "300ms", "--shared-umem", "--frames", "2048", "--fill-size", "1024")
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Contains(t, r.stdout, "each socket: 2048 frames of 4096 B; rings: fill 1024, completion 2048, rx 4096, tx 2048\n")
+	require.Contains(t, r.stdout, "each socket: 2048 frames of 4096 B; rings: fill 1024, completion 2048, rx 4096, no tx (receive only)\n")
 
 	r = cli(t, "redirect", "--iface", v.Name, "--duration", "300ms")
 	require.Equal(t, 0, r.code, r.stderr)
-	require.Contains(t, r.stdout, "each socket: 4096 frames of 4096 B; rings: fill 4096, completion 2048, rx 4096, tx 2048\n", "the defaults")
+	require.Contains(t, r.stdout, "each socket: 4096 frames of 4096 B; rings: fill 4096, completion 2048, rx 4096, no tx (receive only)\n", "the defaults")
+
+	r = cli(t, "redirect", "--iface", v.Name, "--duration", "300ms", "--action", "drop", "--tx-size", "512")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "rx 4096, no tx (receive only)\n", "drop sends nothing: --tx-size is for l2fwd")
 }
 
 func TestCLIRedirectBadInput(t *testing.T) {

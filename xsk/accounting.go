@@ -44,7 +44,9 @@ func (s *Socket) Accounting() Accounting {
 	if s.fill != nil && s.fill.mem != nil {
 		a.FillRing = int(s.fill.prod - s.fill.kernelConsumer())
 		a.RxRing = int(s.rx.kernelProducer() - s.rx.cons)
-		a.TxRing = int(s.tx.prod - s.tx.kernelConsumer())
+		if s.tx != nil {
+			a.TxRing = int(s.tx.prod - s.tx.kernelConsumer())
+		}
 		a.CompletionRing = int(s.comp.kernelProducer() - s.comp.cons)
 	}
 	return a
@@ -116,8 +118,10 @@ func (s *Socket) CheckFrames() error {
 	for i := s.rx.cons; i != s.rx.cons+uint32(a.RxRing); i++ {
 		check("RX", s.rx.at(i).Addr, placeFill)
 	}
-	for i := s.tx.prod - uint32(a.TxRing); i != s.tx.prod; i++ {
-		check("TX", s.tx.at(i).Addr, placeTX)
+	if s.tx != nil {
+		for i := s.tx.prod - uint32(a.TxRing); i != s.tx.prod; i++ {
+			check("TX", s.tx.at(i).Addr, placeTX)
+		}
 	}
 	for i := s.comp.cons; i != s.comp.cons+uint32(a.CompletionRing); i++ {
 		check("completion", *s.comp.at(i), placeTX)

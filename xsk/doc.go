@@ -82,5 +82,8 @@
 //
 // RxDrop, TxOnly and L2Fwd are the classic benchmark loops (receive and
 // recycle; generate; swap MACs and send back out without a copy), used by
-// the CLI and the benchmarks and usable as starting points.
+// the CLI and the benchmarks and usable as starting points. A socket that
+// never sends can be opened without a TX ring (Options.RxOnly), as
+// xdpsock opens rxdrop's: in copy mode every poll() on a socket with a TX
+// ring also runs the kernel's transmit path for it.
 package xsk

@@ -39,6 +39,9 @@ func RxDrop(ctx context.Context, s *Socket, opts ModeOptions) error {
 // Ethernet source and destination swapped, in place, without a copy. It
 // stops as RxDrop does.
 func L2Fwd(ctx context.Context, s *Socket, opts ModeOptions) error {
+	if s.tx == nil {
+		return s.errRxOnly("l2fwd")
+	}
 	var n uint64
 	err := s.Run(ctx, func(frames []Frame, verdicts []Verdict) error {
 		for i := range frames {
@@ -79,6 +82,9 @@ func SwapMACs(b []byte) {
 func TxOnly(ctx context.Context, s *Socket, frame []byte, opts ModeOptions) error {
 	if len(frame) == 0 || uint64(len(frame)) > s.frameSize-s.headroom {
 		return fmt.Errorf("xsk: txonly frame of %d bytes: %w (1 to %d)", len(frame), ErrInvalidOptions, s.frameSize-s.headroom)
+	}
+	if s.tx == nil {
+		return s.errRxOnly("txonly")
 	}
 	if !s.runMu.TryLock() {
 		return fmt.Errorf("xsk: txonly on ifindex %d queue %d: %w", s.ifindex, s.queue, errRunning)

@@ -78,8 +78,8 @@ type QueueOptions struct {
 	Socket Options
 	// SharedUMEM makes one UMEM for all the sockets (XDP_SHARED_UMEM):
 	// Socket.UMEMOptions' frame size, and Socket.Frames (default
-	// FillSize+TxSize) frames for each socket. Otherwise each socket gets
-	// a private UMEM from Socket.UMEMOptions.
+	// FillSize+TxSize, FillSize if RxOnly) frames for each socket.
+	// Otherwise each socket gets a private UMEM from Socket.UMEMOptions.
 	SharedUMEM bool
 }
 
@@ -122,7 +122,10 @@ func OpenQueues(red SocketRegistry, queues []int, opts QueueOptions) (q *Queues,
 	if opts.SharedUMEM {
 		frames := opts.Socket.Frames
 		if frames == 0 {
-			frames = ringOrDefault(opts.Socket.FillSize) + ringOrDefault(opts.Socket.TxSize)
+			frames = ringOrDefault(opts.Socket.FillSize)
+			if !opts.Socket.RxOnly {
+				frames += ringOrDefault(opts.Socket.TxSize)
+			}
 		}
 		uo := opts.Socket.UMEMOptions
 		uo.FrameCount = frames * len(queues)

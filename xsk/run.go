@@ -76,6 +76,7 @@ func (s *Socket) run(ctx context.Context, h Handler, limit uint64) error {
 	})
 	defer unregister()
 	s.drainEventfd()
+	s.rawWaiting = false // a wait a stop cut short is not resumed
 
 	frames, verdicts := s.rxBuf, s.verdicts
 	var spinStart time.Time
@@ -151,7 +152,7 @@ func (s *Socket) idle(spinStart *time.Time) error {
 }
 
 // rawPollWait is how long poll mode waits for frames in a raw poll() (see
-// pollRaw) before it falls back to the runtime's blocking one: long enough
+// pollFor) before it falls back to the runtime's blocking one: long enough
 // that while frames flow, even in bursts with gaps of tens of milliseconds
 // (a paced or descheduled sender), every wait is a raw one, short enough
 // that an idle socket soon sleeps the ordinary way.
@@ -166,45 +167,57 @@ func (s *Socket) idle(spinStart *time.Time) error {
 // still interrupts a raw wait every 10ms with the runtime's preemption
 // signal (EINTR), and the loop then yields at once, so the collector and
 // other goroutines wait no longer than for a goroutine that spins.
+//
+// It is also the longest a stop (a cancelled context, Close) waits for a
+// raw wait to end, which watches the socket alone: in practice the next
+// preemption signal ends it sooner.
 const rawPollWait = 50 * time.Millisecond
 
 // pollBatch is poll mode's poll() before a batch, one system call per
-// batch as in xdpsock -p while frames flow. When the RX ring already shows
-// frames, poll() cannot sleep: it is made without a timeout and without
-// the eventfd (the loop checks for a stop itself), in the raw form that
-// skips the Go scheduler. An empty ring is waited for in a raw poll() of
-// up to rawPollWait (the eventfd interrupts it), and only if nothing came
-// in the ordinary blocking poll().
+// batch as in xdpsock -p, on the socket alone and in the raw form that
+// skips the Go scheduler. When the RX ring already shows frames, poll()
+// cannot sleep: it is made without a timeout. An empty ring is waited for
+// in raw poll() calls of up to rawPollWait in total, and only if nothing
+// came in the ordinary blocking poll(), which the eventfd interrupts.
+//
+// The raw wait leaves out the eventfd because every descriptor costs a
+// wait-queue entry added and removed on each sleep, and keeps no clock of
+// its own: ppoll() writes back the time left, also when the preemption
+// signal cuts it short (EINTR), and the next call waits for the rest. So
+// the only system call of a sleep is the ppoll() itself. A stop is seen
+// when the wait ends (frames, EINTR or the time up): the loop checks for
+// one before every poll().
 func (s *Socket) pollBatch() error {
 	if s.rx.avail(1) == 0 {
-		// The raw wait is bounded in total, not per call: the
-		// preemption signal cuts each call short (EINTR) every 10ms.
-		now := time.Now()
-		if s.rawUntil.IsZero() {
-			s.rawUntil = now.Add(rawPollWait)
+		if !s.rawWaiting {
+			s.rawWaiting = true
+			s.rawLeft = unix.NsecToTimespec(rawPollWait.Nanoseconds())
 		}
-		if left := s.rawUntil.Sub(now); left > 0 {
+		if s.rawLeft.Sec > 0 || s.rawLeft.Nsec > 0 {
 			s.c.polls.Add(1)
-			n, errno := pollRaw(s.pollFds[:], left)
+			n, errno := pollFor(&s.pollNowFd, &s.rawLeft)
 			switch {
-			case errno != 0 && errno != unix.EINTR:
-				return fmt.Errorf("xsk: poll ifindex %d queue %d: %w", s.ifindex, s.queue, errno)
-			case s.pollFds[1].Revents != 0:
-				s.drainEventfd()
-				return nil
-			case n > 0:
-				s.rawUntil = time.Time{}
-				return nil
 			case errno == unix.EINTR:
 				return nil
+			case errno != 0:
+				return fmt.Errorf("xsk: poll ifindex %d queue %d: %w", s.ifindex, s.queue, errno)
+			case n > 0:
+				s.rawWaiting = false
+				return nil
 			}
+			// The time is up (the kernel wrote back what was left,
+			// which a timer that fired within its slack may leave a
+			// hair above zero). The loop checks for a stop before the
+			// blocking poll() of the next call.
+			s.rawLeft = unix.Timespec{}
+			return nil
 		}
 		s.c.blockingPolls.Add(1)
 		err := s.poll(s.pollTimeout())
-		s.rawUntil = time.Time{}
+		s.rawWaiting = false
 		return err
 	}
-	s.rawUntil = time.Time{}
+	s.rawWaiting = false
 	s.c.polls.Add(1)
 	switch errno := pollNow(&s.pollNowFd); errno {
 	case 0, unix.EINTR:

@@ -220,10 +220,14 @@ func (s *Socket) Alloc(frames []Frame) int {
 // (call Complete and try again, or Release them). Each frame sends
 // len(Data) bytes from where Data starts, which must lie in the frame's own
 // UMEM frame. On a frame that is not held it stops with an error wrapping
-// ErrInvalidFrame, having queued the frames before it.
+// ErrInvalidFrame, having queued the frames before it. A receive-only
+// socket (Options.RxOnly) refuses every frame with ErrInvalidOptions.
 func (s *Socket) Transmit(frames []Frame) (int, error) {
 	if s.closed.Load() {
 		return 0, ErrClosed
+	}
+	if s.tx == nil {
+		return 0, s.errRxOnly("transmit")
 	}
 	n := s.tx.free(uint32(min(len(frames), math.MaxUint32)))
 	prod := s.tx.prod
@@ -318,6 +322,12 @@ func (s *Socket) Complete() (int, error) {
 		err = s.kick()
 	}
 	return int(n), err
+}
+
+// errRxOnly is the error of a send on a receive-only socket.
+func (s *Socket) errRxOnly(what string) error {
+	return fmt.Errorf("xsk: %s on ifindex %d queue %d: %w: the socket was opened receive-only, without a TX ring "+
+		"(open it without Options.RxOnly to send)", what, s.ifindex, s.queue, ErrInvalidOptions)
 }
 
 // wakeRX makes the recvfrom() the kernel asked for (need_wakeup on the

@@ -122,8 +122,18 @@ type Options struct {
 	// Ring sizes (powers of two, default 2048 each).
 	FillSize, CompletionSize, RxSize, TxSize int
 
+	// RxOnly opens the socket without a TX ring (TxSize is then unused):
+	// it can receive and release frames but not send them, so Transmit,
+	// TxOnly and a Transmit verdict are refused. In copy mode with
+	// need_wakeup, every poll() on a socket that has a TX ring also runs
+	// the kernel's transmit path for it, even when the ring is empty; a
+	// receive-only socket (as xdpsock's rxdrop opens) skips that work.
+	// The completion ring stays: the kernel requires one per UMEM.
+	RxOnly bool
+
 	// Frames is how many UMEM frames this socket owns (default
-	// FillSize+TxSize, or what the UMEM has left if that is less). At most
+	// FillSize+TxSize, FillSize if RxOnly, or what the UMEM has left if
+	// that is less). At most
 	// FillSize of them are lent to the kernel for receiving; the rest are
 	// for Alloc and in-flight transmits.
 	Frames int
@@ -170,7 +180,7 @@ type Socket struct {
 	fillLimit uint64 // most frames lent to the kernel for receiving
 
 	fill, comp *ring[uint64]
-	rx, tx     *ring[unix.XDPDesc]
+	rx, tx     *ring[unix.XDPDesc] // tx is nil on a receive-only socket
 
 	// Mirrors of UMEM fields used per frame.
 	mem       []byte
@@ -197,12 +207,14 @@ type Socket struct {
 	relBuf   []Frame
 	txBuf    []Frame
 	pollFds  [2]unix.PollFd
-	// pollNowFd is the socket alone, for poll mode's poll() when the RX
-	// ring has frames already.
+	// pollNowFd is the socket alone, for poll mode's poll() before a
+	// batch (see pollBatch).
 	pollNowFd unix.PollFd
-	// rawUntil is when poll mode's raw wait on an empty ring ends (zero:
-	// not waiting), see pollBatch.
-	rawUntil time.Time
+	// rawLeft is what is left of poll mode's raw wait on an empty ring,
+	// which ppoll() itself counts down (see pollBatch); rawWaiting says
+	// whether such a wait is in progress.
+	rawLeft    unix.Timespec
+	rawWaiting bool
 
 	evfd    int // eventfd that interrupts a poll() in Run or Wait (Close, context)
 	evbuf   [8]byte
@@ -301,14 +313,20 @@ func Open(opts Options) (s *Socket, err error) {
 		{unix.XDP_RX_RING, opts.RxSize, "RX"},
 		{unix.XDP_TX_RING, opts.TxSize, "TX"},
 	}
+	if opts.RxOnly {
+		sizes = sizes[:3]
+	}
 	for _, r := range sizes {
 		if err := unix.SetsockoptInt(s.fd, unix.SOL_XDP, r.opt, r.n); err != nil {
 			return s, fmt.Errorf("xsk: set %s ring size %d: %w", r.name, r.n, err)
 		}
 	}
-	// Let one sendto() push the whole TX ring in copy mode (Linux 6.17+);
-	// older kernels stop after 32 frames per call, which Complete copes with.
-	_ = unix.SetsockoptInt(s.fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, opts.TxSize)
+	if !opts.RxOnly {
+		// Let one sendto() push the whole TX ring in copy mode (Linux
+		// 6.17+); older kernels stop after 32 frames per call, which
+		// Complete copes with.
+		_ = unix.SetsockoptInt(s.fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, opts.TxSize)
+	}
 
 	if err := s.mapRings(opts); err != nil {
 		return s, err
@@ -428,6 +446,9 @@ func (o *Options) fillDefaults() error {
 	}
 	if o.Frames == 0 {
 		o.Frames = o.FillSize + o.TxSize
+		if o.RxOnly {
+			o.Frames = o.FillSize
+		}
 		count := DefaultFrameCount
 		if o.UMEM != nil {
 			o.UMEM.mu.Lock()
@@ -486,6 +507,9 @@ func (s *Socket) mapRings(opts Options) error {
 	if s.rx, err = mapRing[unix.XDPDesc](s.fd, unix.XDP_PGOFF_RX_RING, off.Rx, uint32(opts.RxSize), false); err != nil {
 		return fmt.Errorf("xsk: map RX ring: %w", err)
 	}
+	if opts.RxOnly {
+		return nil
+	}
 	if s.tx, err = mapRing[unix.XDPDesc](s.fd, unix.XDP_PGOFF_TX_RING, off.Tx, uint32(opts.TxSize), true); err != nil {
 		return fmt.Errorf("xsk: map TX ring: %w", err)
 	}
@@ -522,9 +546,9 @@ func (s *Socket) ZeroCopy() bool { return s.zeroCopy }
 // NeedWakeup reports whether the socket uses XDP_USE_NEED_WAKEUP.
 func (s *Socket) NeedWakeup() bool { return s.needWake }
 
-// Rings are the sizes of a socket's four rings, in entries, and the UMEM
-// frames the socket owns (of which at most Fill are lent to the kernel for
-// receiving at any time).
+// Rings are the sizes of a socket's four rings, in entries (TX 0 on a
+// receive-only socket), and the UMEM frames the socket owns (of which at
+// most Fill are lent to the kernel for receiving at any time).
 type Rings struct {
 	Fill, Completion, RX, TX int
 	Frames                   int
@@ -535,10 +559,11 @@ type Rings struct {
 // between sockets sharing a UMEM: like Accounting, call it from the
 // goroutine that drives the socket (or before it runs).
 func (s *Socket) Rings() Rings {
-	return Rings{
-		Fill: int(s.fill.size), Completion: int(s.comp.size), RX: int(s.rx.size), TX: int(s.tx.size),
-		Frames: s.owned,
+	r := Rings{Fill: int(s.fill.size), Completion: int(s.comp.size), RX: int(s.rx.size), Frames: s.owned}
+	if s.tx != nil {
+		r.TX = int(s.tx.size)
 	}
+	return r
 }
 
 // UMEM returns the socket's UMEM.

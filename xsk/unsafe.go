@@ -6,7 +6,6 @@ package xsk
 // UMEM. Nothing else in the package imports unsafe.
 
 import (
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -117,21 +116,19 @@ func pollNow(pfd *unix.PollFd) unix.Errno {
 	return errno
 }
 
-// pollRaw is ppoll(fds, timeout, NULL) in the raw form: the thread sleeps
+// pollFor is ppoll(pfd, 1, ts, NULL) in the raw form: the thread sleeps
 // in the kernel while keeping its P, so that when frames come it runs on
 // at once instead of first getting a P back (the blocking system call's
 // hand-off, which on a CPU shared with the kernel's receive work can take
 // longer than the RX ring lasts). Only for short waits: the runtime's
 // preemption signal interrupts it (EINTR), so neither the garbage
 // collector nor other goroutines wait for more than the runtime's
-// preemption interval, as with a goroutine that spins.
-func pollRaw(fds []unix.PollFd, timeout time.Duration) (int, unix.Errno) {
-	ts := unix.NsecToTimespec(timeout.Nanoseconds())
-	for i := range fds {
-		fds[i].Revents = 0
-	}
-	n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
-		uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+// preemption interval, as with a goroutine that spins. Linux's ppoll()
+// writes the time left back into *ts, on EINTR too (see ppoll(2)), which
+// is what bounds a wait made of several calls without reading a clock.
+func pollFor(pfd *unix.PollFd, ts *unix.Timespec) (int, unix.Errno) {
+	pfd.Revents = 0
+	n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(pfd)), 1, uintptr(unsafe.Pointer(ts)), 0, 0, 0)
 	return int(n), errno
 }
 

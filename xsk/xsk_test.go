@@ -1402,3 +1402,113 @@ func TestRxDropRecycles(t *testing.T) {
 }
 
 var errStop = errors.New("stop")
+
+// TestRxOnly: a socket opened with RxOnly has no TX ring in the kernel
+// (mapping one fails), owns FillSize frames by default, receives and
+// recycles as any other, and refuses to send: Transmit, TxOnly, L2Fwd and
+// a Transmit verdict fail with ErrInvalidOptions, leaving no frame held.
+func TestRxOnly(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	// Rings big enough to take each burst below whole.
+	s := e.open(t, xsk.Options{Queue: 0, RxOnly: true, FillSize: 4096, RxSize: 4096, Wait: xsk.WaitPoll, UMEMOptions: xsk.UMEMOptions{Debug: true}})
+	if got, want := s.Rings(), (xsk.Rings{Fill: 4096, Completion: xsk.DefaultRingSize, RX: 4096, Frames: 4096}); got != want {
+		t.Fatalf("Rings() = %+v, want %+v", got, want)
+	}
+	if err := xsk.MapRing(s, "tx", 64); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("mapping a TX ring of a receive-only socket: %v, want EINVAL (the kernel has none)", err)
+	}
+	for _, r := range []string{"fill", "completion", "rx"} {
+		if err := xsk.MapRing(s, r, 1024); err != nil {
+			t.Errorf("%s ring: %v", r, err)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	frame := e.udp(1, 2, 3, 60)
+	sent := e.sendAsync(0, 3000, frame)
+	if err := xsk.RxDrop(ctx, s, xsk.ModeOptions{Frames: 2000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.Stats(); st.RxFrames < 2000 {
+		t.Fatalf("received %d of at least 2000 frames", st.RxFrames)
+	}
+
+	if _, err := s.Transmit(nil); !errors.Is(err, xsk.ErrInvalidOptions) || !strings.Contains(err.Error(), "receive-only") {
+		t.Errorf("Transmit on a receive-only socket: %v, want ErrInvalidOptions saying why", err)
+	}
+	if err := xsk.TxOnly(ctx, s, frame, xsk.ModeOptions{Frames: 1}); !errors.Is(err, xsk.ErrInvalidOptions) {
+		t.Errorf("TxOnly on a receive-only socket: %v, want ErrInvalidOptions", err)
+	}
+	if err := xsk.L2Fwd(ctx, s, xsk.ModeOptions{Frames: 1}); !errors.Is(err, xsk.ErrInvalidOptions) {
+		t.Errorf("L2Fwd on a receive-only socket: %v, want ErrInvalidOptions", err)
+	}
+	sent = e.sendAsync(0, 100, frame)
+	err := s.Run(ctx, func(_ []xsk.Frame, v []xsk.Verdict) error {
+		for i := range v {
+			v[i] = xsk.Transmit
+		}
+		return nil
+	})
+	if !errors.Is(err, xsk.ErrInvalidOptions) {
+		t.Errorf("Run whose handler transmits, on a receive-only socket: %v, want ErrInvalidOptions", err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if a := s.Accounting(); a.Held != 0 || a.TX != 0 || a.TxRing != 0 {
+		t.Errorf("after the refused transmit: %+v, want nothing held or on TX", a)
+	}
+	if err := s.CheckFrames(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestPollModeStopsDuringRawWait: poll mode's raw wait on an empty ring
+// watches the socket alone (no eventfd), so a stop is seen when that wait
+// ends: a cancel or Close during it still returns Run within the wait's
+// bound (50ms, less once the runtime's preemption signal cuts it short),
+// not only once a frame comes.
+func TestPollModeStopsDuringRawWait(t *testing.T) {
+	e := newEnv(t, 1, xsk.RedirectOptions{})
+	s := e.open(t, xsk.Options{Queue: 0, Wait: xsk.WaitPoll, RxOnly: true})
+	for range 5 {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- xsk.RxDrop(ctx, s, xsk.ModeOptions{}) }()
+		time.Sleep(10 * time.Millisecond) // in the raw wait by now
+		start := time.Now()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d > 500*time.Millisecond {
+				t.Errorf("Run took %v to stop after a cancel in the raw wait", d)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not stop after a cancel in the raw wait")
+		}
+	}
+	if st, _ := s.Stats(); st.BlockingPolls != 0 {
+		t.Errorf("%d blocking polls: each Run was stopped within its raw wait", st.BlockingPolls)
+	}
+	done := make(chan error, 1)
+	go func() { done <- xsk.RxDrop(context.Background(), s, xsk.ModeOptions{}) }()
+	time.Sleep(10 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after Close in the raw wait")
+	}
+}

@@ -238,6 +238,9 @@ func (f *redirectFlags) socketOptions() (xsk.Options, error) {
 	o := xsk.Options{Interface: f.iface, Batch: f.batch, DisableNeedWakeup: f.noNeedWakeup,
 		UMEMOptions: xsk.UMEMOptions{FrameSize: f.frameSize}}
 	f.rings.apply(&o)
+	// Only l2fwd sends: the other actions' sockets get no TX ring, which
+	// in copy mode spares every poll() the kernel's transmit path.
+	o.RxOnly = f.action != "l2fwd"
 	switch {
 	case f.copyMode && f.zeroCopy:
 		return o, usagef("--copy and --zero-copy: choose one")

@@ -42,14 +42,16 @@ no more on a core of its own (docs/BENCHMARKS.md); an RX ring smaller than
 the fill ring only moves the loss there (rx_ring_full). Every action here
 sends or recycles the frames it received, so none need to stay free; raise
 --frames above --fill-size only for headroom. The completion and TX rings
-(2048) matter for l2fwd only, which sends at most a batch at a time.`
+(2048) matter for l2fwd only, which sends at most a batch at a time; the
+sockets of the other actions have no TX ring at all (in copy mode each
+poll() on a socket with one also runs the kernel's transmit path).`
 
 func (r *ringFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&r.frames, "frames", defaultUMEMFrames, "UMEM frames per socket (with --shared-umem, times the queues), at least --fill-size")
 	fl.IntVar(&r.fill, "fill-size", defaultFillSize, "fill ring size: the most frames lent to the kernel for receiving")
 	fl.IntVar(&r.completion, "completion-size", defaultCompSize, "completion ring size (transmitted frames coming back)")
 	fl.IntVar(&r.rx, "rx-size", defaultRxSize, "RX ring size (received frames waiting for the application)")
-	fl.IntVar(&r.tx, "tx-size", defaultTxSize, "TX ring size (frames waiting to be sent)")
+	fl.IntVar(&r.tx, "tx-size", defaultTxSize, "TX ring size (frames waiting to be sent; l2fwd only: the other actions open no TX ring)")
 }
 
 // validate checks the sizes before anything is attached or opened.
@@ -83,6 +85,10 @@ func (r *ringFlags) apply(o *xsk.Options) {
 
 // describe is the sizes as the startup line of redirect prints them.
 func describeRings(r xsk.Rings, frameSize int) string {
-	return fmt.Sprintf("%d frames of %d B; rings: fill %d, completion %d, rx %d, tx %d",
-		r.Frames, frameSize, r.Fill, r.Completion, r.RX, r.TX)
+	tx := fmt.Sprintf("tx %d", r.TX)
+	if r.TX == 0 {
+		tx = "no tx (receive only)"
+	}
+	return fmt.Sprintf("%d frames of %d B; rings: fill %d, completion %d, rx %d, %s",
+		r.Frames, frameSize, r.Fill, r.Completion, r.RX, tx)
 }
