@@ -791,6 +791,12 @@ func (r *vethRig) dropped(e *Engine) uint64 {
 // mode, sends for d, and returns the rate of frames dropped and the
 // generator's own rate, in Mpps.
 func (r *vethRig) measure(e *Engine, d time.Duration) (rx, tx float64) {
+	return r.measureWith(e, r.g, d)
+}
+
+// measureWith is measure with generator g instead of the rig's own (other
+// numbers of sources).
+func (r *vethRig) measureWith(e *Engine, g *pktgen.Generator, d time.Duration) (rx, tx float64) {
 	prog := r.basic.XdpCount
 	if e != nil {
 		prog = e.Program()
@@ -805,7 +811,7 @@ func (r *vethRig) measure(e *Engine, d time.Duration) (rx, tx float64) {
 	var st pktgen.Stats
 	err = r.veth.InPeerNS(func() error {
 		var err error
-		st, err = r.g.Run(context.Background(), r.veth.PeerIndex, r.frame, pktgen.RunOptions{Duration: d})
+		st, err = g.Run(context.Background(), r.veth.PeerIndex, r.frame, pktgen.RunOptions{Duration: d})
 		return err
 	})
 	if err != nil {

@@ -72,9 +72,11 @@ type Options struct {
 	IPv6Entries int
 	// LimitSources is the size of the table of per-source buckets that
 	// limit rules with per src share, rounded up to a power of two: sets
-	// of 4, a new source taking the bucket of its set that would be full
+	// of 8, a new source taking the bucket of its set that would be full
 	// soonest, so a flood of spoofed sources cannot grow it. Default
-	// 131,072, 4 MiB (32 bytes a bucket).
+	// 262,144, 4 MiB (16 bytes a bucket): a quarter full with 65,536
+	// sources, where almost none of them lose their buckets to each
+	// other (docs/RULES.md).
 	LimitSources int
 	// Bans is how many sources may be banned at once (least recently
 	// used evicted). Default 16,384, about 2 MiB.
@@ -283,7 +285,7 @@ func (o Options) withDefaults() Options {
 		o.IPv6Entries = 1 << 17
 	}
 	if o.LimitSources <= 0 {
-		o.LimitSources = 1 << 17
+		o.LimitSources = 1 << 18
 	}
 	if o.Bans <= 0 {
 		o.Bans = 1 << 14

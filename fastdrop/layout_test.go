@@ -40,6 +40,8 @@ var layoutFingerprints = map[uint32]string{
 	20: "0b90fc0fc1cbdba1", // the destination prefix table: fd_conf.d4_count, d6_count, fd_half.dconf, FD_FEAT_DST
 	// 19-22 were h/fields' before it merged main's 19 and 20: never released.
 	23: "a0d1c9a971d91c13", // IPv6 prefix offsets (fd_rule_rec.src_off, dst_off; fd_conf.noff6, off6_dst; the entries at FD_BM_OFF6; FD_FLD_OFF6); rules as written (fd_rule_text, FD_REC_TEXT, FD_TEXT_SIZE)
+	// 19-21 were also h/police's before it merged main's 19-23: never released.
+	24: "1a32c94c282b536f", // fd_src_ent of 16 bytes (tag, tat) in sets of 8 (FD_SRC_WAYS), two lines each
 }
 
 // layoutTypes are the C types whose layout or values pinned maps keep.

@@ -64,7 +64,13 @@ func NewTester(rs *RuleSet) (*Tester, error) {
 	opts.trace = true
 	for i := range rs.Rules {
 		if rs.Rules[i].Action == ActionLimit {
-			opts.testClock = true
+			// The clock seen in the kernel's steps of a tick, with
+			// every bucket a tick deeper (bpf/fastdrop.h, fd_pol_now),
+			// as the attached program sees jiffies: the verdicts are
+			// those the kernel would give, up to the phase of its
+			// ticks, where an exact clock would pass up to a tick's
+			// worth fewer frames after each step.
+			opts.testClock, opts.testTicks = true, true
 		}
 	}
 	e, err := New(opts)

@@ -4,9 +4,12 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
+	"github.com/xdpdrop/xdpdrop/gen"
 	"github.com/xdpdrop/xdpdrop/internal/frames"
 	"github.com/xdpdrop/xdpdrop/internal/testenv"
 )
@@ -165,4 +168,75 @@ func TestTesterCaptured(t *testing.T) {
 	got, err = tt.TestCaptured(whole, len(whole))
 	require.NoError(t, err)
 	require.Equal(t, ClassCompound, got.Class)
+}
+
+// TestTesterLimitTicks: `xdpdrop test` polices as the attached program
+// does, whose clock is jiffies and whose buckets are a tick deeper than
+// their burst (fd_pol_now): a capture's frames against "limit 1000/s
+// burst 5", in bursts and then 100 µs apart, get frame for frame the
+// verdicts of that policer (GCRA on the capture's clock in steps of a tick, depth burst +
+// a tick), which passes more than the same bucket on an exact clock
+// without the extra tick (what the tester did before).
+func TestTesterLimitTicks(t *testing.T) {
+	testenv.RequireRoot(t)
+	var res unix.Timespec
+	require.NoError(t, unix.ClockGetres(unix.CLOCK_MONOTONIC_COARSE, &res))
+	tick := uint64(res.Nano())
+	rs := kParse(t, "limit 1000/s burst 5 udp dport 53\n")
+	tt, err := NewTester(rs)
+	require.NoError(t, err)
+	defer tt.Close()
+	cost, burst, _, _ := rs.Rules[0].Limit.police()
+	const unit = 1 << gen.FastdropFdLayoutFD_POL_TIME_SHIFT // per ns
+	// policer is the kernel's bucket in 1/16 ns: steps of step ns (0: an
+	// exact clock) and a depth of burst + extra.
+	type policer struct{ tat, step, extra uint64 }
+	judge := func(p *policer, ns uint64) bool {
+		if p.step > 0 {
+			ns -= ns % p.step
+		}
+		now := ns * unit
+		at := max(p.tat, now)
+		if at+cost > now+burst+p.extra {
+			return false
+		}
+		p.tat = at + cost
+		return true
+	}
+	kernel := &policer{step: tick, extra: tick * unit}
+	exact := &policer{}
+	frame := frames.UDP4("198.51.100.1", "10.0.0.1", 1000, 53, 18).Bytes
+	first := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	// Ten bursts of 50 frames at one instant, 100 ms apart (each after
+	// the bucket has filled: the kernel passes its burst and a tick's
+	// worth), then a frame every 100 µs for 200 ms.
+	var at []time.Duration
+	for b := range 10 {
+		for range 50 {
+			at = append(at, time.Duration(b)*100*time.Millisecond)
+		}
+	}
+	for i := range 2000 {
+		at = append(at, time.Second+time.Duration(i)*100*time.Microsecond)
+	}
+	var got, want, exactPassed int
+	for i, d := range at {
+		require.NoError(t, tt.SetTime(first.Add(d)))
+		r, err := tt.Test(frame)
+		require.NoError(t, err)
+		ns := uint64(clockStart + d)
+		k := judge(kernel, ns)
+		if judge(exact, ns) {
+			exactPassed++
+		}
+		require.Equal(t, k, r.Verdict == ActionPass, "frame %d at %v: the tester's verdict %v, the kernel's policer passes: %v", i, d, r.Verdict, k)
+		if r.Verdict == ActionPass {
+			got++
+		}
+		if k {
+			want++
+		}
+	}
+	t.Logf("%d frames over 1.2 s: %d passed (the kernel's policer: %d; an exact clock without the extra tick: %d)", len(at), got, want, exactPassed)
+	require.Greater(t, got, exactPassed, "the extra tick shows in the counts")
 }

@@ -218,7 +218,7 @@ const (
 	FastdropFdLayoutFD_MAX_COMPOUND    FastdropFdLayout = 256
 	FastdropFdLayoutFD_BM_WORDS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_KINDS           FastdropFdLayout = 12
-	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 23
+	FastdropFdLayoutFD_LAYOUT_VERSION  FastdropFdLayout = 24
 	FastdropFdLayoutFD_REC_SIZE        FastdropFdLayout = 160
 	FastdropFdLayoutFD_ORIGIN_LEN      FastdropFdLayout = 16
 	FastdropFdLayoutFD_LISTS_SIZE      FastdropFdLayout = 1024
@@ -240,7 +240,7 @@ const (
 	FastdropFdLayoutFD_POL_BYTE_SHIFT  FastdropFdLayout = 16
 	FastdropFdLayoutFD_BAN_LENS        FastdropFdLayout = 4
 	FastdropFdLayoutFD_OFF6MAX         FastdropFdLayout = 16
-	FastdropFdLayoutFD_SRC_WAYS        FastdropFdLayout = 4
+	FastdropFdLayoutFD_SRC_WAYS        FastdropFdLayout = 8
 	FastdropFdLayoutFD_DIRECT          FastdropFdLayout = 65536
 	FastdropFdLayoutFD_FRONT_PORTS_N   FastdropFdLayout = 262144
 	FastdropFdLayoutFD_FRONT_PROTO_N   FastdropFdLayout = 1024
@@ -430,13 +430,10 @@ type FastdropFdSrcKey struct {
 
 type FastdropFdSrcSet struct {
 	_   structs.HostLayout
-	Way [4]struct {
-		_     structs.HostLayout
-		Hi    uint64
-		Lo    uint64
-		Id    uint32
-		Epoch uint32
-		Tat   uint64
+	Way [8]struct {
+		_   structs.HostLayout
+		Tag uint64
+		Tat uint64
 	}
 }
 

@@ -160,13 +160,10 @@ type LpmtrieFdSrcKey struct {
 
 type LpmtrieFdSrcSet struct {
 	_   structs.HostLayout
-	Way [4]struct {
-		_     structs.HostLayout
-		Hi    uint64
-		Lo    uint64
-		Id    uint32
-		Epoch uint32
-		Tat   uint64
+	Way [8]struct {
+		_   structs.HostLayout
+		Tag uint64
+		Tat uint64
 	}
 }
 

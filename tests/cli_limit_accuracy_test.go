@@ -362,6 +362,6 @@ func TestCLILimitSpoofedMillion(t *testing.T) {
 		runs*65536, spoofTook.Round(time.Millisecond), l.Limit.Conform.Packets, l.Limit.Exceed.Packets, sources, evicted, before, after, rate, aggSecs)
 	require.Equal(t, before, after, "the maps' memory does not grow")
 	require.GreaterOrEqual(t, sources, uint64(runs*65536), "a bucket for each source")
-	require.GreaterOrEqual(t, evicted, uint64(runs*65536-(1<<17)), "the table (131,072 buckets) is full: the rest evicted")
+	require.GreaterOrEqual(t, evicted, uint64(runs*65536-(1<<18)), "the table (262,144 buckets) is full: the rest evicted")
 	require.InEpsilon(t, 20000, rate, 0.10, "the aggregate limit holds through the flood")
 }

@@ -89,7 +89,13 @@ Limit rules are evaluated against the capture's own clock: the program's
 clock is set to each frame's timestamp (relative to the first frame's)
 before the frame runs, so the verdicts show which frames of the capture a
 limit would have passed and which it would have dropped, and which
-sources it would have banned. Every bucket starts full at the first frame.`,
+sources it would have banned. Every bucket starts full at the first frame.
+As in the attached program, the limits see that clock in steps of the
+kernel's tick (1/HZ: 4 ms at HZ=250, the resolution of the coarse
+monotonic clock) counted from the first frame, and every bucket is a tick
+deeper than its burst, so right after a step a limit may pass up to a
+tick's worth of its rate more than its burst: the counts are the kernel's,
+up to where its ticks fall.`,
 		Example: `  xdpdrop test --rules attack.rules --pcap yesterday.pcap
   xdpdrop test --rules attack.rules --pcap big.pcapng --summary
   xdpdrop test --rules attack.rules --pcap sample.pcap --json | jq '.summary'`,
