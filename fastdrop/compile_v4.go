@@ -891,3 +891,51 @@ func (t *v4Table) reload(half24 io.ReaderAt, prefixes []v4Prefix) error {
 	t.allDirty = false
 	return nil
 }
+
+// change brings t from one rule set's prefixes to the next's: del out and
+// add in, entry by entry, unless that costs more than building the table
+// afresh from all() (the next set's prefixes). allDirty (the inactive
+// half may not be a copy of the active one) makes every entry be written.
+// what names the table in the errors for too many /24s with longer
+// prefixes or host routes than groups and sparse, its two pools, hold
+// (each pool serves both halves).
+func (t *v4Table) change(add, del []v4Prefix, allDirty bool, groups, sparse int, what string, all func() []v4Prefix) error {
+	// Changing entries in place costs more per entry than filling a fresh
+	// table, but most changes touch a few entries of a big table.
+	incrCost, fullCost := 0, tbl24Entries+t.totalCost
+	// (An entry is a few ns; a prefix's own bookkeeping a few hundred.)
+	for _, q := range add {
+		incrCost += 2*q.cost() + 100
+		fullCost += q.cost()
+	}
+	for _, q := range del {
+		incrCost += 2*q.cost() + 100
+		fullCost -= q.cost()
+	}
+	if incrCost > fullCost {
+		if err := t.build(all()); err != nil {
+			return err
+		}
+	} else {
+		for _, q := range del {
+			if err := t.remove(q); err != nil {
+				return err
+			}
+		}
+		for _, q := range add {
+			if err := t.insert(q); err != nil {
+				return err
+			}
+		}
+	}
+	if allDirty {
+		t.allDirty = true
+	}
+	if n := t.liveGroups(); n > groups/2 {
+		return fmt.Errorf("%s prefixes longer than /24 in %d different /24s: %w: the program was loaded with room for them in %d /24s; %s", what, n, ErrCapacity, groups/2, reloadAdvice)
+	}
+	if n := t.liveSparse(); n > sparse/2 {
+		return fmt.Errorf("%s host routes in %d different /24s: %w: the program was loaded with room for host routes in %d /24s; %s", what, n, ErrCapacity, sparse/2, reloadAdvice)
+	}
+	return nil
+}

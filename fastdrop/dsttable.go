@@ -211,45 +211,17 @@ func (e *Engine) changeDst(p *plan) error {
 		}
 		return nil
 	}
-	incrCost, fullCost := 0, tbl24Entries+d.v4.totalCost
-	for _, q := range add {
-		incrCost += 2*q.cost() + 100
-		fullCost += q.cost()
-	}
-	for _, q := range del {
-		incrCost += 2*q.cost() + 100
-		fullCost -= q.cost()
-	}
-	if incrCost > fullCost {
+	err := d.v4.change(add, del, e.fullWrite, d.groups, d.sparse, "destination IPv4", func() []v4Prefix {
 		var all []v4Prefix
 		for i := range p.rules {
 			if r := &p.rules[i]; r.IsPrefixOnly() && r.Dst.IsValid() && r.Dst.Addr().Is4() {
 				all = append(all, v4PrefixOf(r.Dst, mkVal(r.Action, p.slots[i])))
 			}
 		}
-		if err := d.v4.build(all); err != nil {
-			return err
-		}
-	} else {
-		for _, q := range del {
-			if err := d.v4.remove(q); err != nil {
-				return err
-			}
-		}
-		for _, q := range add {
-			if err := d.v4.insert(q); err != nil {
-				return err
-			}
-		}
-	}
-	if e.fullWrite {
-		d.v4.allDirty = true // the inactive half may not be a copy
-	}
-	if n := d.v4.liveGroups(); n > d.groups/2 {
-		return fmt.Errorf("destination IPv4 prefixes longer than /24 in %d different /24s: %w: the program was loaded with room for them in %d /24s; %s", n, ErrCapacity, d.groups/2, reloadAdvice)
-	}
-	if n := d.v4.liveSparse(); n > d.sparse/2 {
-		return fmt.Errorf("destination IPv4 host routes in %d different /24s: %w: the program was loaded with room for them in %d /24s; %s", n, ErrCapacity, d.sparse/2, reloadAdvice)
+		return all
+	})
+	if err != nil {
+		return err
 	}
 	if v6changed {
 		var all []v6Prefix

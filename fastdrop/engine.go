@@ -1863,48 +1863,17 @@ func (e *Engine) compileChange(p *plan) error {
 			v6changed = true
 		}
 	}
-	// Changing entries in place costs more per entry than filling a fresh
-	// table, but most changes touch a few entries of a big table.
-	incrCost, fullCost := 0, tbl24Entries+e.v4.totalCost
-	// (An entry is a few ns; a prefix's own bookkeeping a few hundred.)
-	for _, q := range v4add {
-		incrCost += 2*q.cost() + 100
-		fullCost += q.cost()
-	}
-	for _, q := range v4del {
-		incrCost += 2*q.cost() + 100
-		fullCost -= q.cost()
-	}
-	if incrCost > fullCost {
+	err := e.v4.change(v4add, v4del, e.fullWrite, e.groups, e.sparse, "IPv4", func() []v4Prefix {
 		all := make([]v4Prefix, 0, len(p.rules))
 		for i := range p.rules {
 			if r := &p.rules[i]; r.IsPrefixOnly() && r.Src.IsValid() && r.Src.Addr().Is4() {
 				all = append(all, v4PrefixOf(r.Src, mkVal(r.Action, p.slots[i])))
 			}
 		}
-		if err := e.v4.build(all); err != nil {
-			return err
-		}
-	} else {
-		for _, q := range v4del {
-			if err := e.v4.remove(q); err != nil {
-				return err
-			}
-		}
-		for _, q := range v4add {
-			if err := e.v4.insert(q); err != nil {
-				return err
-			}
-		}
-	}
-	if e.fullWrite {
-		e.v4.allDirty = true // the inactive half may not be a copy
-	}
-	if n := e.v4.liveGroups(); n > e.groups/2 {
-		return fmt.Errorf("IPv4 prefixes longer than /24 in %d different /24s: %w: the program was loaded with room for them in %d /24s; %s", n, ErrCapacity, e.groups/2, reloadAdvice)
-	}
-	if n := e.v4.liveSparse(); n > e.sparse/2 {
-		return fmt.Errorf("IPv4 host routes in %d different /24s: %w: the program was loaded with room for host routes in %d /24s; %s", n, ErrCapacity, e.sparse/2, reloadAdvice)
+		return all
+	})
+	if err != nil {
+		return err
 	}
 	if v6changed {
 		all := make([]v6Prefix, 0, len(p.rules))
