@@ -199,6 +199,13 @@ func (k *kernelPlane) apply(ic InterfaceConfig, origin string, rs *fastdrop.Rule
 // (none if nothing is attached there), keeping the engine open for the
 // swaps to come.
 func (k *kernelPlane) originRules(ic InterfaceConfig, origin string) ([]fastdrop.Rule, error) {
+	return k.rulesOf(ic, func(eng *fastdrop.Engine) ([]fastdrop.Rule, error) { return eng.OriginRules(origin) })
+}
+
+// rulesOf returns what f reads from the engine of ic's interface, under
+// the interface's lock (nothing if nothing is attached there), keeping
+// the engine open for the swaps to come.
+func (k *kernelPlane) rulesOf(ic InterfaceConfig, f func(*fastdrop.Engine) ([]fastdrop.Rule, error)) ([]fastdrop.Rule, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	lk, err := loader.LockInterface(k.pinRoot, ic.Name, k.cfg.LockTimeout)
@@ -218,7 +225,7 @@ func (k *kernelPlane) originRules(ic InterfaceConfig, origin string) ([]fastdrop
 	if err != nil {
 		return nil, err
 	}
-	return oe.eng.OriginRules(origin)
+	return f(oe.eng)
 }
 
 // enginePolicy is the policy/malformed of the rule set in force.

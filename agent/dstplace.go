@@ -1,12 +1,9 @@
 package agent
 
 import (
-	"errors"
 	"net/netip"
 
-	"github.com/xdpdrop/xdpdrop/dropctl"
 	"github.com/xdpdrop/xdpdrop/fastdrop"
-	"github.com/xdpdrop/xdpdrop/loader"
 )
 
 // Destination-only routes ("destination V/32, discard", a victim under
@@ -154,24 +151,5 @@ const (
 // which of origin's rules may go to the destination prefix table
 // (fastdrop.Engine.DstBlockers; none if nothing is attached there).
 func (k *kernelPlane) dstBlockers(ic InterfaceConfig, origin string) ([]fastdrop.Rule, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	lk, err := loader.LockInterface(k.pinRoot, ic.Name, k.cfg.LockTimeout)
-	if err != nil {
-		return nil, err
-	}
-	defer lk.Unlock()
-	att, err := dropctl.OpenAttachment(ic.Name, k.pinRoot)
-	if errors.Is(err, loader.ErrNotPinned) || errors.Is(err, loader.ErrStale) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer att.Close()
-	oe, err := k.engine(att)
-	if err != nil {
-		return nil, err
-	}
-	return oe.eng.DstBlockers(origin)
+	return k.rulesOf(ic, func(eng *fastdrop.Engine) ([]fastdrop.Rule, error) { return eng.DstBlockers(origin) })
 }
