@@ -247,7 +247,8 @@ neighbor 127.0.0.1 {
 	const match = "match { destination 198.18.0.1/32; protocol udp; destination-port =7777; }"
 	command("announce flow route { " + match + " then { discard; } }")
 	command("announce flow route { match { destination 10.9.0.0/16; } then { redirect 65000:7; } }")
-	want := "drop ether ipv4 udp dst 198.18.0.1/32 dport 7777"
+	// As the agent writes it: in the route's component order (RFC 8955: destination, protocol, port).
+	want := "drop ether ipv4 dst 198.18.0.1/32 udp dport 7777"
 	s := waitAgent(t, status, "FlowSpec rule in force", func(s agentStatus) bool {
 		return len(s.Interfaces) == 1 && s.Interfaces[0].BGPRules == strings.Count(want, ";")+1 && s.BGP.Refused == 1
 	})
