@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 
 	"github.com/cilium/ebpf"
 
@@ -211,26 +212,12 @@ func (e *Engine) changeDst(p *plan) error {
 		}
 		return nil
 	}
-	err := d.v4.change(add, del, e.fullWrite, d.groups, d.sparse, "destination IPv4", func() []v4Prefix {
-		var all []v4Prefix
-		for i := range p.rules {
-			if r := &p.rules[i]; r.IsPrefixOnly() && r.Dst.IsValid() && r.Dst.Addr().Is4() {
-				all = append(all, v4PrefixOf(r.Dst, mkVal(r.Action, p.slots[i])))
-			}
-		}
-		return all
-	})
+	err := d.v4.change(add, del, e.fullWrite, d.groups, d.sparse, "destination IPv4", func() []v4Prefix { return p.v4Prefixes(true) })
 	if err != nil {
 		return err
 	}
 	if v6changed {
-		var all []v6Prefix
-		for i := range p.rules {
-			if r := &p.rules[i]; r.IsPrefixOnly() && r.Dst.IsValid() && !r.Dst.Addr().Is4() {
-				all = append(all, v6PrefixOf(r.Dst, mkVal(r.Action, p.slots[i])))
-			}
-		}
-		if err := d.v6.build(all); err != nil {
+		if err := d.v6.build(p.v6Prefixes(true)); err != nil {
 			return err
 		}
 		d.v6dirty = true
@@ -337,3 +324,48 @@ func (e *Engine) DstBlockers(origin string) ([]Rule, error) {
 // HasDstTable reports whether the program was loaded with a destination
 // prefix table (Options.DstPrefixes).
 func (e *Engine) HasDstTable() bool { return e.dst != nil }
+
+// tablePrefix is r's prefix in the source table, or with dst in the
+// destination table, if r is a prefix rule of that table.
+func tablePrefix(r *Rule, dst bool) (netip.Prefix, bool) {
+	if !r.IsPrefixOnly() {
+		return netip.Prefix{}, false
+	}
+	if dst {
+		return r.Dst, r.Dst.IsValid()
+	}
+	return r.Src, r.Src.IsValid()
+}
+
+// v4Prefixes are the plan's IPv4 prefix rules of the source table, or
+// with dst of the destination table, as the table holds them.
+func (p *plan) v4Prefixes(dst bool) []v4Prefix {
+	all := make([]v4Prefix, 0, p.prefixCap(dst))
+	for i := range p.rules {
+		if q, ok := tablePrefix(&p.rules[i], dst); ok && q.Addr().Is4() {
+			all = append(all, v4PrefixOf(q, mkVal(p.rules[i].Action, p.slots[i])))
+		}
+	}
+	return all
+}
+
+// v6Prefixes is v4Prefixes for IPv6.
+func (p *plan) v6Prefixes(dst bool) []v6Prefix {
+	all := make([]v6Prefix, 0, p.prefixCap(dst))
+	for i := range p.rules {
+		if q, ok := tablePrefix(&p.rules[i], dst); ok && !q.Addr().Is4() {
+			all = append(all, v6PrefixOf(q, mkVal(p.rules[i].Action, p.slots[i])))
+		}
+	}
+	return all
+}
+
+// prefixCap is room for the source table's prefixes (most of a big rule
+// set: grown by append, a million cost far more) and none ahead for the
+// destination table's (a few, beside them).
+func (p *plan) prefixCap(dst bool) int {
+	if dst {
+		return 0
+	}
+	return len(p.rules)
+}

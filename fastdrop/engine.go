@@ -1863,26 +1863,12 @@ func (e *Engine) compileChange(p *plan) error {
 			v6changed = true
 		}
 	}
-	err := e.v4.change(v4add, v4del, e.fullWrite, e.groups, e.sparse, "IPv4", func() []v4Prefix {
-		all := make([]v4Prefix, 0, len(p.rules))
-		for i := range p.rules {
-			if r := &p.rules[i]; r.IsPrefixOnly() && r.Src.IsValid() && r.Src.Addr().Is4() {
-				all = append(all, v4PrefixOf(r.Src, mkVal(r.Action, p.slots[i])))
-			}
-		}
-		return all
-	})
+	err := e.v4.change(v4add, v4del, e.fullWrite, e.groups, e.sparse, "IPv4", func() []v4Prefix { return p.v4Prefixes(false) })
 	if err != nil {
 		return err
 	}
 	if v6changed {
-		all := make([]v6Prefix, 0, len(p.rules))
-		for i := range p.rules {
-			if r := &p.rules[i]; r.IsPrefixOnly() && r.Src.IsValid() && !r.Src.Addr().Is4() {
-				all = append(all, v6PrefixOf(r.Src, mkVal(r.Action, p.slots[i])))
-			}
-		}
-		if err := e.v6.build(all); err != nil {
+		if err := e.v6.build(p.v6Prefixes(false)); err != nil {
 			return err
 		}
 		e.v6dirty = true
